@@ -1,0 +1,39 @@
+"""Put the pieces together for one engine: settings, plugin manager, and the contract's router."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+import pluggy
+from fastapi import APIRouter
+
+from .config import Settings, load_settings
+from .control import RolloutControl
+from .engine_plugin import EnginePlugin
+from .http_api import build_router
+from .plugins import make_plugin_manager
+
+
+@dataclass
+class PluginStack:
+    """What an engine adapter mounts: the settings it runs with, the hooks, and the routes."""
+
+    settings: Settings
+    pm: pluggy.PluginManager
+    router: APIRouter
+
+
+def assemble(
+    get_control: Callable[[], Optional[RolloutControl]],
+    engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
+    settings: Optional[Settings] = None,
+) -> PluginStack:
+    """Build the stack for an engine whose control *get_control* returns once it is up.
+
+    Reads the environment unless *settings* is given, so a bad ``ENGINE_PLUGINS_*`` value or a
+    broken third-party plugin stops the engine here, at startup.
+    """
+    settings = settings or load_settings()
+    pm = make_plugin_manager(settings, [EnginePlugin(get_control)])
+    return PluginStack(settings=settings, pm=pm, router=build_router(pm, settings, engine_api_keys))

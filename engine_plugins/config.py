@@ -1,0 +1,117 @@
+"""Every ``ENGINE_PLUGINS_*`` environment variable, read and validated in one place.
+
+A bad value raises :class:`ConfigError` naming the variable, so the engine stops at startup
+instead of serving with a setting nobody asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Callable, Mapping, Optional
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class ConfigError(ValueError):
+    """An ``ENGINE_PLUGINS_*`` variable has a value that cannot be used."""
+
+
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no, on/off")
+
+
+def _positive_seconds(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"{name}={raw!r}: expected a positive, finite number of seconds")
+    return value
+
+
+def _route_prefix(name: str, raw: str) -> str:
+    value = raw.strip()
+    if value == "":
+        return ""
+    if not value.startswith("/") or value.endswith("/") or " " in value:
+        raise ConfigError(f"{name}={raw!r}: expected '' or a path like '/rl' (leading '/', no trailing '/')")
+    return value
+
+
+def _name_list(name: str, raw: str) -> frozenset[str]:
+    names = [part.strip() for part in raw.split(",")]
+    return frozenset(n for n in names if n)
+
+
+def _optional_text(name: str, raw: str) -> Optional[str]:
+    return raw or None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective configuration. Field docs are the README's configuration table."""
+
+    route_prefix: str = ""
+    """ENGINE_PLUGINS_ROUTE_PREFIX: path prefix for every contract route (default empty)."""
+    api_key: Optional[str] = None
+    """ENGINE_PLUGINS_API_KEY: bearer key accepted on the contract routes, besides the engine's own keys."""
+    abort_timeout_s: float = 30.0
+    """ENGINE_PLUGINS_ABORT_TIMEOUT_S: default ``timeout_s`` of an abort or pause that waits."""
+    abort_on_weight_version: bool = False
+    """ENGINE_PLUGINS_ABORT_ON_WEIGHT_VERSION: default of ``abort_all_requests`` in /update_weight_version."""
+    plugins: Optional[frozenset[str]] = None
+    """ENGINE_PLUGINS_PLUGINS: comma-separated allowlist of third-party plugins (entry-point names) to load; unset loads all."""
+    replace_native_routes: bool = True
+    """ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES: replace an engine route with the same path and method (default true)."""
+
+
+_PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
+    "route_prefix": ("ENGINE_PLUGINS_ROUTE_PREFIX", _route_prefix),
+    "api_key": ("ENGINE_PLUGINS_API_KEY", _optional_text),
+    "abort_timeout_s": ("ENGINE_PLUGINS_ABORT_TIMEOUT_S", _positive_seconds),
+    "abort_on_weight_version": ("ENGINE_PLUGINS_ABORT_ON_WEIGHT_VERSION", _bool),
+    "plugins": ("ENGINE_PLUGINS_PLUGINS", _name_list),
+    "replace_native_routes": ("ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES", _bool),
+}
+assert set(_PARSERS) == {f.name for f in fields(Settings)}
+
+ENV_VARS: tuple[str, ...] = tuple(var for var, _ in _PARSERS.values())
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read every ``ENGINE_PLUGINS_*`` variable from *environ* (default ``os.environ``).
+
+    Unset variables take their defaults. Raises :class:`ConfigError` naming the variable for a
+    bad value, and for an unknown ``ENGINE_PLUGINS_*`` name (most often a typo that would
+    otherwise be ignored silently).
+    """
+    environ = os.environ if environ is None else environ
+    unknown = sorted(k for k in environ if k.startswith("ENGINE_PLUGINS_") and k not in ENV_VARS)
+    if unknown:
+        raise ConfigError(f"unknown variable {unknown[0]}: known ones are {', '.join(ENV_VARS)}")
+    values = {}
+    for field_name, (var, parse) in _PARSERS.items():
+        if var in environ:
+            values[field_name] = parse(var, environ[var])
+    return Settings(**values)
+
+
+def describe(settings: Settings) -> dict[str, object]:
+    """The effective configuration as ``{VARIABLE: value}``, with the API key masked."""
+    out: dict[str, object] = {}
+    for field_name, (var, _) in _PARSERS.items():
+        value = getattr(settings, field_name)
+        if field_name == "api_key" and value:
+            value = "***"
+        if isinstance(value, frozenset):
+            value = sorted(value)
+        out[var] = value
+    return out

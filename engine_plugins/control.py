@@ -1,0 +1,206 @@
+"""The contract's operations, engine-neutral, on top of one :class:`~engine_plugins.seam.EngineSeam`.
+
+This is where the rules from the field notes live once for both engines: the abort fence over
+every accepted request, exact ids, event-driven waiting, truthful loads, version bumps that keep
+in-flight work, and partial generations that return every token with its logprob.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Optional
+
+from .errors import ContractError
+from .registry import InFlightRegistry
+from .schema import (
+    AbortResult,
+    LoadsAggregate,
+    LoadsResult,
+    PartialGenerateResult,
+    PauseState,
+    RankLoad,
+    SamplingParams,
+    UpdateWeightVersionResult,
+    WeightVersionSpan,
+)
+from .seam import EngineSeam, Generation
+
+# Engine ids for contract requests have a fixed length, so that SGLang's prefix-matching abort
+# can never reach another request through them.
+RID_PREFIX = "ep-"
+
+
+def new_rid() -> str:
+    """A fresh engine id for a contract request: ``ep-`` and 32 hex digits."""
+    return RID_PREFIX + uuid.uuid4().hex
+
+
+class RolloutControl:
+    """The six operations over one engine. One instance per engine (API server) process."""
+
+    def __init__(self, seam: EngineSeam, abort_timeout_s: float = 30.0) -> None:
+        self.seam = seam
+        self.registry: InFlightRegistry = seam.registry
+        self.abort_timeout_s = abort_timeout_s
+        self.pause_mode: Optional[str] = None
+        # Per in-flight contract request: the latest snapshot and the version changes seen
+        # while it ran, for spans when the engine reports none.
+        self._latest: dict[str, Generation] = {}
+        self._version_changes: dict[str, list[tuple[int, str]]] = {}
+
+    # --- abort -------------------------------------------------------------------------
+
+    async def abort(self, request_ids: Optional[list[str]], wait: bool, timeout_s: Optional[float] = None) -> AbortResult:
+        """Abort *request_ids* exactly (None or empty: every accepted request); see the hookspec."""
+        entries = self.registry.select(request_ids or None)
+        newly_aborted = sum(1 for e in entries if not e.aborted)
+        for entry in entries:
+            entry.aborted = True
+        if entries:
+            # Sent again for entries already aborted: harmless, and it re-covers a request
+            # that slipped past an earlier abort on its way to the scheduler.
+            await self.seam.abort(entries)
+        timed_out = False
+        if wait and entries:
+            timeout = self.abort_timeout_s if timeout_s is None else timeout_s
+            timed_out = not await self.registry.wait_released(entries, timeout)
+        in_flight = len(self.registry)
+        return AbortResult(aborted=newly_aborted, in_flight=in_flight, idle=in_flight == 0, timed_out=timed_out)
+
+    # --- loads -------------------------------------------------------------------------
+
+    async def loads(self) -> LoadsResult:
+        """Engine figures per rank, reconciled with the registry so the totals are exact."""
+        ranks = [dict(r) for r in await self.seam.rank_loads()] or [{"dp_rank": 0}]
+        for rank in ranks:
+            rank.setdefault("num_running_reqs", 0)
+            rank.setdefault("num_waiting_reqs", 0)
+        _reconcile(ranks, len(self.registry))
+        loads = []
+        for rank in ranks:
+            rank["num_total_reqs"] = rank["num_running_reqs"] + rank["num_waiting_reqs"]
+            loads.append(RankLoad(**rank))
+        aggregate = LoadsAggregate(
+            total_running_reqs=sum(r.num_running_reqs for r in loads),
+            total_waiting_reqs=sum(r.num_waiting_reqs for r in loads),
+            total_reqs=sum(r.num_total_reqs for r in loads),
+        )
+        return LoadsResult(
+            loads=loads,
+            aggregate=aggregate,
+            in_flight=len(self.registry),
+            paused=self.pause_mode is not None,
+            weight_version=self.seam.weight_version(),
+            engine=self.seam.engine,
+        )
+
+    # --- weight version ----------------------------------------------------------------
+
+    async def update_weight_version(self, new_version: str, abort_all_requests: bool) -> UpdateWeightVersionResult:
+        """Bump the version; abort everything first only when asked."""
+        aborted = 0
+        if abort_all_requests:
+            aborted = (await self.abort(None, wait=True)).aborted
+        previous = self.seam.weight_version()
+        await self.seam.set_weight_version(new_version)
+        for rid, changes in self._version_changes.items():
+            changes.append((len(self._latest[rid].output_ids), new_version))
+        return UpdateWeightVersionResult(new_version=new_version, previous_version=previous, aborted=aborted)
+
+    # --- partial generation ------------------------------------------------------------
+
+    async def partial_generate(
+        self, input_ids: list[int], sampling_params: SamplingParams, request_id: Optional[str]
+    ) -> PartialGenerateResult:
+        """Generate, returning every token and logprob even when aborted or paused mid-way."""
+        request_id = request_id or uuid.uuid4().hex
+        if self.pause_mode == "abort":
+            return _cancelled_empty(request_id)
+        if self.registry.has_request_id(request_id):
+            raise ContractError(409, f"request_id {request_id!r} is already in flight", "conflict")
+        rid = new_rid()
+        self.registry.add(rid, request_id)
+        latest = Generation()
+        self._latest[rid] = latest
+        self._version_changes[rid] = [(0, self.seam.weight_version())]
+        try:
+            async for latest in self.seam.generate(rid, input_ids, sampling_params):
+                self._latest[rid] = latest
+        finally:
+            self.registry.release(rid)
+            del self._latest[rid]
+            changes = self._version_changes.pop(rid)
+        # A stream that ended without a finish reason was cut off: report it as aborted.
+        finish = latest.finish_reason or "abort"
+        return PartialGenerateResult(
+            request_id=request_id,
+            output_ids=latest.output_ids,
+            output_logprobs=latest.output_logprobs,
+            finish_reason=finish,
+            cancelled=finish == "abort",
+            weight_versions=_spans(latest, changes),
+        )
+
+    # --- pause -------------------------------------------------------------------------
+
+    async def pause(self, mode: str, timeout_s: Optional[float] = None) -> PauseState:
+        """Pause in ``abort`` or ``keep`` mode; see the hookspec."""
+        self.pause_mode = mode
+        await self.seam.pause(mode)
+        if mode == "abort":
+            await self.abort(None, wait=True, timeout_s=timeout_s)
+        return self.is_paused()
+
+    async def resume(self) -> PauseState:
+        """Resume; harmless when not paused."""
+        if self.pause_mode is not None:
+            await self.seam.resume()
+            self.pause_mode = None
+        return self.is_paused()
+
+    def is_paused(self) -> PauseState:
+        """The pause state set through the contract."""
+        return PauseState(is_paused=self.pause_mode is not None, mode=self.pause_mode)
+
+
+def _cancelled_empty(request_id: str) -> PartialGenerateResult:
+    return PartialGenerateResult(
+        request_id=request_id, output_ids=[], output_logprobs=[], finish_reason="abort", cancelled=True, weight_versions=[]
+    )
+
+
+def _reconcile(ranks: list[dict], in_flight: int) -> None:
+    """Make the ranks' totals equal the registry's count of accepted requests.
+
+    Requests the scheduler has not seen (tokenizing, held at a pause gate) count as waiting on
+    the first rank; figures the engine still shows for released requests (a snapshot frozen
+    while paused) are taken off, waiting first.
+    """
+    missing = in_flight - sum(r["num_running_reqs"] + r["num_waiting_reqs"] for r in ranks)
+    if missing > 0:
+        ranks[0]["num_waiting_reqs"] += missing
+        return
+    for key in ("num_waiting_reqs", "num_running_reqs"):
+        for rank in ranks:
+            take = min(-missing, rank[key])
+            rank[key] -= take
+            missing += take
+
+
+def _spans(latest: Generation, changes: list[tuple[int, str]]) -> list[WeightVersionSpan]:
+    """The engine's spans when they cover the output exactly; otherwise the ones seen here."""
+    n = len(latest.output_ids)
+    engine_spans = latest.weight_versions
+    if engine_spans and engine_spans[0].start == 0 and engine_spans[-1].end == n:
+        return list(engine_spans)
+    spans: list[WeightVersionSpan] = []
+    for i, (start, version) in enumerate(changes):
+        end = changes[i + 1][0] if i + 1 < len(changes) else n
+        start, end = min(start, n), min(end, n)
+        if end <= start:
+            continue
+        if spans and spans[-1].version == version:
+            spans[-1].end = end
+        else:
+            spans.append(WeightVersionSpan(version=version, start=start, end=end))
+    return spans

@@ -1,0 +1,17 @@
+"""The two kinds of failure the plugins report on purpose."""
+
+from __future__ import annotations
+
+
+class ContractError(Exception):
+    """A request the contract refuses: sent to the client as ``status`` with ``message``."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+
+
+class StartupError(RuntimeError):
+    """The plugin cannot start on this engine; the message names what to fix."""

@@ -1,0 +1,216 @@
+"""The contract's HTTP routes, engine-neutral: parse, authenticate, call the hook, answer.
+
+Bodies are parsed here rather than by FastAPI's validation, so that every engine answers bad
+input with the same 400 JSON (SGLang and vLLM install their own, different, handlers for
+FastAPI's 422) and so that errors never reach an engine's exception handlers.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable, Type
+
+import pluggy
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from .config import Settings
+from .errors import ContractError
+from .plugins import call_hook
+from .schema import (
+    AbortRequest,
+    PartialGenerateRequest,
+    PauseRequest,
+    UpdateWeightVersionRequest,
+    error_body,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ContractRoute:
+    """One route of the contract: its path (without prefix), method and handler."""
+
+    path: str
+    method: str
+    handler: Callable[["_Context", Request], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class _Context:
+    pm: pluggy.PluginManager
+    settings: Settings
+
+
+async def parse_body(request: Request, model: Type[BaseModel]) -> Any:
+    """Parse the JSON body into *model*; an absent body is ``{}``. Raises a 400 naming the problem."""
+    raw = await request.body()
+    data: Any = {}
+    if raw.strip():
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ContractError(400, f"malformed JSON body: {exc}") from None
+    if not isinstance(data, dict):
+        raise ContractError(400, f"the body must be a JSON object, not {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ContractError(400, describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """``field.path: what is wrong (got value)`` for each problem, joined by ``; ``."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "body"
+        what = err["msg"]
+        if err["type"] == "extra_forbidden":
+            what = "unknown field"
+        got = err.get("input")
+        detail = f"{where}: {what}"
+        if err["type"] not in ("missing",) and not isinstance(got, (dict, list)):
+            detail += f" (got {got!r})"
+        problems.append(detail)
+    return "; ".join(problems)
+
+
+def _answer(result: Any, operation: str) -> Any:
+    if result is None:
+        raise ContractError(501, f"no loaded plugin implements {operation!r} on this engine", "not_implemented")
+    return result.model_dump() if isinstance(result, BaseModel) else result
+
+
+async def _abort(ctx: _Context, request: Request) -> Any:
+    body = await parse_body(request, AbortRequest)
+    timeout_s = body.timeout_s if body.timeout_s is not None else ctx.settings.abort_timeout_s
+    result = await call_hook(ctx.pm, "abort", request_ids=body.request_ids or None, wait=body.wait, timeout_s=timeout_s)
+    return _answer(result, "abort")
+
+
+async def _loads(ctx: _Context, request: Request) -> Any:
+    return _answer(await call_hook(ctx.pm, "loads"), "loads")
+
+
+async def _update_weight_version(ctx: _Context, request: Request) -> Any:
+    body = await parse_body(request, UpdateWeightVersionRequest)
+    abort_all = body.abort_all_requests
+    if abort_all is None:
+        abort_all = ctx.settings.abort_on_weight_version
+    result = await call_hook(ctx.pm, "update_weight_version", new_version=body.new_version, abort_all_requests=abort_all)
+    return _answer(result, "update_weight_version")
+
+
+async def _partial_generate(ctx: _Context, request: Request) -> Any:
+    body = await parse_body(request, PartialGenerateRequest)
+    result = await call_hook(
+        ctx.pm,
+        "partial_generate",
+        input_ids=body.input_ids,
+        sampling_params=body.sampling_params,
+        request_id=body.request_id,
+    )
+    return _answer(result, "partial_generate")
+
+
+async def _pause(ctx: _Context, request: Request) -> Any:
+    body = await parse_body(request, PauseRequest)
+    mode = body.mode
+    query_mode = request.query_params.get("mode")
+    if query_mode is not None:
+        if query_mode not in ("abort", "keep"):
+            raise ContractError(400, f"mode: expected 'abort' or 'keep' (got {query_mode!r})")
+        if "mode" in body.model_fields_set and body.mode != query_mode:
+            raise ContractError(400, f"mode: the query says {query_mode!r} but the body says {body.mode!r}")
+        mode = query_mode
+    result = await call_hook(ctx.pm, "pause", mode=mode, timeout_s=ctx.settings.abort_timeout_s)
+    return _answer(result, "pause")
+
+
+async def _resume(ctx: _Context, request: Request) -> Any:
+    return _answer(await call_hook(ctx.pm, "resume"), "resume")
+
+
+async def _is_paused(ctx: _Context, request: Request) -> Any:
+    return _answer(await call_hook(ctx.pm, "is_paused"), "is_paused")
+
+
+CONTRACT_ROUTES: tuple[ContractRoute, ...] = (
+    ContractRoute("/abort_requests", "POST", _abort),
+    ContractRoute("/v1/loads", "GET", _loads),
+    ContractRoute("/update_weight_version", "POST", _update_weight_version),
+    ContractRoute("/partial_generate", "POST", _partial_generate),
+    ContractRoute("/pause", "POST", _pause),
+    ContractRoute("/resume", "POST", _resume),
+    ContractRoute("/is_paused", "GET", _is_paused),
+)
+
+
+def contract_paths(settings: Settings) -> list[tuple[str, str]]:
+    """``(METHOD, full path)`` of every contract route under the configured prefix."""
+    return [(r.method, settings.route_prefix + r.path) for r in CONTRACT_ROUTES]
+
+
+def check_api_key(request: Request, keys: Iterable[str]) -> None:
+    """Raise a 401 unless the request carries ``Authorization: Bearer <key>`` for one of *keys*.
+
+    No keys configured means no check. The comparison is constant-time.
+    """
+    keys = [k for k in keys if k]
+    if not keys:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() == "bearer" and any(hmac.compare_digest(token.encode(), k.encode()) for k in keys):
+        return
+    raise ContractError(401, "missing or invalid API key: send 'Authorization: Bearer <key>'", "unauthorized")
+
+
+def build_router(
+    pm: pluggy.PluginManager,
+    settings: Settings,
+    engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
+) -> APIRouter:
+    """An APIRouter with every contract route under ``settings.route_prefix``.
+
+    Each route checks the API key (``ENGINE_PLUGINS_API_KEY`` or the engine's own keys, read
+    per request since the engine may configure them after the plugin loads), calls its hook and
+    answers JSON. A :class:`ContractError` becomes its status; anything else a logged 500.
+    """
+    ctx = _Context(pm=pm, settings=settings)
+    router = APIRouter()
+
+    def keys() -> list[str]:
+        return [settings.api_key or "", *engine_api_keys()]
+
+    for route in CONTRACT_ROUTES:
+        router.add_api_route(
+            settings.route_prefix + route.path,
+            _endpoint(ctx, route, keys),
+            methods=[route.method],
+            name=f"engine_plugins{route.path.replace('/', '_')}",
+        )
+    return router
+
+
+def _endpoint(ctx: _Context, route: ContractRoute, keys: Callable[[], list[str]]):
+    async def endpoint(request: Request) -> JSONResponse:
+        try:
+            check_api_key(request, keys())
+            return JSONResponse(await route.handler(ctx, request))
+        except ContractError as exc:
+            return JSONResponse(error_body(exc.message, exc.type), status_code=exc.status)
+        except Exception as exc:
+            logger.exception("engine_plugins: %s %s failed", route.method, route.path)
+            return JSONResponse(error_body(f"{type(exc).__name__}: {exc}", "internal_error"), status_code=500)
+
+    endpoint.__name__ = f"engine_plugins{route.path.replace('/', '_')}"
+    endpoint.__doc__ = route.handler.__doc__
+    return endpoint
+

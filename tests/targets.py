@@ -1,0 +1,88 @@
+"""The servers the contract suite runs against, each started for real and reached over HTTP.
+
+Every target is a context manager yielding a :class:`Target`. The contract suite runs unchanged
+against each; the engine issues add their targets here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ContextManager, Iterator, Optional
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+API_KEY = "contract-suite-key"
+
+
+@dataclass
+class Target:
+    """A running server that speaks the contract."""
+
+    name: str
+    url: str
+    api_key: str
+    long_tokens: int
+    """``max_new_tokens`` long enough that a request cannot finish while a test arranges things."""
+    log_tail: Callable[[], str] = lambda: ""
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, deadline_s: float, log: Optional[Path] = None) -> None:
+    """Wait until GET /health answers 200; fail with the server's log if it exits or never does."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{_tail(log)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"server not healthy after {deadline_s} s:\n{_tail(log)}")
+
+
+def _tail(log: Optional[Path], n: int = 60) -> str:
+    if log is None or not log.exists():
+        return ""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
+
+
+@contextlib.contextmanager
+def stub_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
+    """The stub engine served by uvicorn in its own process, on loopback."""
+    port = free_port()
+    log = tmp_dir / f"stub-{port}.log"
+    cmd = [sys.executable, "-m", "engine_plugins.stub", "--port", str(port), "--api-key", api_key, *args]
+    proc_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_PLUGINS_")}
+    proc_env.update(env or {})
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=proc_env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, 30, log)
+        yield Target(name="stub", url=url, api_key=api_key, long_tokens=1500, log_tail=lambda: _tail(log))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+TARGETS: dict[str, Callable[[Path], ContextManager[Target]]] = {
+    "stub": lambda tmp: stub_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005"),
+}
