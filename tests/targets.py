@@ -7,6 +7,7 @@ against each; the engine issues add their targets here.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import socket
 import subprocess
@@ -86,3 +87,8 @@ def stub_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: 
 TARGETS: dict[str, Callable[[Path], ContextManager[Target]]] = {
     "stub": lambda tmp: stub_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005"),
 }
+
+
+# Each engine adds its targets in a module of its own, tests/targets_<engine>.py, defining TARGETS.
+for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
+    TARGETS.update(importlib.import_module(_module.stem).TARGETS)
