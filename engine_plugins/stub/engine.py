@@ -8,6 +8,7 @@ weight version in force is recorded for every token.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import zlib
 from typing import AsyncIterator, Optional, Sequence
@@ -64,8 +65,7 @@ class StubEngine:
         """Generate pseudo-random tokens (seeded by ``params.seed`` or the id); never EOS."""
         entry = self.registry.add(rid)
         try:
-            if self.tokenize_s:
-                await asyncio.sleep(self.tokenize_s)
+            await self._tokenize(entry)
             while self._paused and not entry.aborted:
                 await self._changed.wait()
             if entry.aborted:
@@ -76,6 +76,14 @@ class StubEngine:
                 yield generation
         finally:
             self.registry.release(rid)
+
+    async def _tokenize(self, entry: InFlight) -> None:
+        # Takes tokenize_s, unless an abort comes first.
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.tokenize_s
+        while not entry.aborted and loop.time() < end:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), end - loop.time())
 
     async def _decode(self, entry: InFlight, params: SamplingParams) -> AsyncIterator[Generation]:
         seed = params.seed if params.seed is not None else zlib.crc32(entry.rid.encode())

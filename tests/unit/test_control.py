@@ -1,0 +1,32 @@
+"""Engine-neutral rules of the control that are easiest to see without HTTP."""
+
+from engine_plugins.control import _reconcile, _spans, new_rid
+from engine_plugins.schema import WeightVersionSpan
+from engine_plugins.seam import Generation
+
+
+def test_engine_ids_have_a_fixed_length_so_prefix_matching_cannot_spread():
+    rids = {new_rid() for _ in range(100)}
+    assert len(rids) == 100 and {len(r) for r in rids} == {35}
+
+
+def test_held_requests_are_folded_in_as_waiting():
+    ranks = [{"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 0}, {"dp_rank": 1, "num_running_reqs": 1, "num_waiting_reqs": 0}]
+    _reconcile(ranks, in_flight=6)
+    assert ranks[0]["num_waiting_reqs"] == 3 and sum(r["num_running_reqs"] + r["num_waiting_reqs"] for r in ranks) == 6
+
+
+def test_a_frozen_snapshot_cannot_report_requests_that_are_gone():
+    ranks = [{"dp_rank": 0, "num_running_reqs": 4, "num_waiting_reqs": 2}]
+    _reconcile(ranks, in_flight=0)
+    assert ranks == [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}]
+
+
+def test_engine_spans_win_when_they_cover_the_output():
+    engine = [WeightVersionSpan(version="a", start=0, end=2), WeightVersionSpan(version="b", start=2, end=3)]
+    assert _spans(Generation([1, 2, 3], [0, 0, 0], "length", engine), [(0, "x")]) == engine
+
+
+def test_spans_from_version_changes_when_the_engine_reports_none():
+    spans = _spans(Generation([1, 2, 3, 4], [0] * 4, "length"), [(0, "a"), (3, "b"), (3, "c")])
+    assert [s.model_dump() for s in spans] == [{"version": "a", "start": 0, "end": 3}, {"version": "c", "start": 3, "end": 4}]

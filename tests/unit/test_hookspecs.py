@@ -1,0 +1,34 @@
+"""The hookspecs: firstresult, documented, each served by a route, each in the README."""
+
+import inspect
+
+import pytest
+
+from engine_plugins import hookimpl, hookspecs
+from engine_plugins.http_api import CONTRACT_ROUTES
+
+SPECS = [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction) if hasattr(fn, "engine_plugins_spec")]
+
+
+def test_the_operations_are_specified():
+    assert set(SPECS) == {"abort", "loads", "update_weight_version", "partial_generate", "pause", "resume", "is_paused"}
+    assert hookimpl is hookspecs.hookimpl
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_each_spec_is_firstresult_and_documented(name, readme):
+    fn = getattr(hookspecs, name)
+    assert fn.engine_plugins_spec["firstresult"] is True
+    doc = inspect.getdoc(fn)
+    assert "called by" in doc and "Returns" in doc
+    assert f"`{name}`" in readme
+
+
+def test_every_spec_is_served_by_a_route():
+    handlers = {route.handler.__name__.lstrip("_") for route in CONTRACT_ROUTES}
+    assert handlers == set(SPECS)
+
+
+def test_the_module_says_awaitables_and_errors_are_allowed():
+    doc = hookspecs.__doc__
+    assert "awaitable" in doc and "ContractError" in doc and "501" in doc

@@ -1,0 +1,77 @@
+"""Third-party plugins: loaded from the `engine_plugins` entry-point group, narrowed by an allowlist,
+checked at startup, and able to answer before the engine's own implementation."""
+
+import sys
+import textwrap
+
+import pytest
+
+from engine_plugins import hookimpl
+from engine_plugins.config import Settings
+from engine_plugins.errors import StartupError
+from engine_plugins.plugins import call_hook, make_plugin_manager
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def installed_plugin(tmp_path, monkeypatch):
+    """Install a real distribution with an `engine_plugins` entry point on sys.path."""
+
+    def install(module_source: str, name: str = "my_plugin") -> str:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(module_source))
+        dist = tmp_path / f"{name}-1.0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (dist / "entry_points.txt").write_text(f"[engine_plugins]\n{name} = {name}\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        return name
+
+    return install
+
+
+class Engine:
+    @hookimpl(trylast=True)
+    def is_paused(self):
+        return {"is_paused": False, "mode": None}
+
+
+async def test_an_allowed_plugin_answers_before_the_engine(installed_plugin):
+    installed_plugin(
+        """
+        from engine_plugins import hookimpl
+
+        @hookimpl
+        async def is_paused():
+            return {"is_paused": True, "mode": "keep"}
+        """
+    )
+    pm = make_plugin_manager(Settings(), [Engine()])
+    assert await call_hook(pm, "is_paused") == {"is_paused": True, "mode": "keep"}
+
+
+async def test_the_allowlist_narrows_what_loads(installed_plugin):
+    installed_plugin("raise RuntimeError('must not be imported')\n")
+    pm = make_plugin_manager(Settings(plugins=frozenset({"someone_else"})), [Engine()])
+    assert await call_hook(pm, "is_paused") == {"is_paused": False, "mode": None}
+
+
+def test_a_misspelled_hook_stops_startup_with_its_name(installed_plugin):
+    installed_plugin(
+        """
+        from engine_plugins import hookimpl
+
+        @hookimpl
+        def abort_request(request_ids):
+            return None
+        """
+    )
+    with pytest.raises(StartupError, match="abort_request"):
+        make_plugin_manager(Settings(), [Engine()])
+
+
+def test_a_plugin_that_fails_to_import_stops_startup_with_its_name(installed_plugin):
+    installed_plugin("import no_such_module_anywhere\n", name="broken_plugin")
+    with pytest.raises(StartupError, match="broken_plugin"):
+        make_plugin_manager(Settings(), [Engine()])
