@@ -1,0 +1,24 @@
+"""The RL side: an async client for one server or a fleet, speaking the contract, SGLang's own
+routes or vLLM's dev-mode routes (detected), plus partial rollouts that survive cancels.
+
+::
+
+    async with Fleet(["http://10.0.0.1:30000", "http://10.0.0.2:30000"], api_key=key) as fleet:
+        drained = await fleet.abort_until_idle(timeout_s=60)
+        bumped = await fleet.update_weight_version("step-42")
+"""
+
+from .detect import Detection, Flavor
+from .errors import ServerError
+from .fleet import Fleet, FleetResult, ServerResult
+from .loads import Load, LoadParseError, parse_loads, parse_vllm_metrics
+from .polling import Deadline
+from .results import AbortOutcome, PauseOutcome, VersionOutcome
+from .rollout import Attempt, Rollout, run_rollout
+from .server import ServerClient
+
+__all__ = [
+    "AbortOutcome", "Attempt", "Deadline", "Detection", "Fleet", "FleetResult", "Flavor", "Load", "LoadParseError",
+    "PauseOutcome", "Rollout", "ServerClient", "ServerError", "ServerResult", "VersionOutcome", "parse_loads",
+    "parse_vllm_metrics", "run_rollout",
+]

@@ -1,0 +1,167 @@
+"""A fleet of servers: each operation runs on every server at once, under one overall deadline,
+and gives one result per server. A server that is down, refuses, answers 404/5xx, hangs or
+disappears mid-call gets a failed result with a clear message; the others' results are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Optional, Sequence
+
+import httpx
+
+from .errors import ServerError
+from .polling import Deadline
+from .results import Progress, no_progress
+from .server import ServerClient
+from .transport import make_http_client
+
+# After the overall deadline, servers get this long to hand in what they have before being cut.
+GRACE_S = 0.5
+
+
+@dataclass
+class ServerResult:
+    """One server's answer to one fleet operation."""
+
+    url: str
+    ok: bool
+    value: Any = None
+    """The operation's outcome (Load, AbortOutcome, ...) when ok."""
+    error: Optional[str] = None
+    kind: Optional[str] = None
+    """How it failed: ``timeout``, ``unreachable``, ``disconnected``, ``unauthorized``, ``not_found``,
+    ``http``, ``protocol``, ``unsupported`` or ``internal``."""
+    api: Optional[str] = None
+    """What the server was detected to be, in words."""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready fields."""
+        value = self.value.to_dict() if hasattr(self.value, "to_dict") else self.value
+        return {"url": self.url, "ok": self.ok, "api": self.api, "seconds": round(self.seconds, 4),
+                "result": value, "error": self.error, "kind": self.kind}
+
+
+@dataclass
+class FleetResult:
+    """The results of one operation over the fleet, in the order the URLs were given."""
+
+    operation: str
+    results: list[ServerResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Every server succeeded."""
+        return all(r.ok for r in self.results)
+
+    @property
+    def failed(self) -> list[ServerResult]:
+        """The servers that did not succeed (timeouts included)."""
+        return [r for r in self.results if not r.ok]
+
+    @property
+    def timed_out(self) -> list[ServerResult]:
+        """The servers that ran out of time."""
+        return [r for r in self.results if r.kind == "timeout"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready fields."""
+        return {"operation": self.operation, "ok": self.ok, "seconds": round(self.seconds, 4),
+                "servers": [r.to_dict() for r in self.results]}
+
+
+class Fleet:
+    """Many servers behind one API: ``async with Fleet(urls, api_key=...) as fleet: ...``."""
+
+    def __init__(self, urls: Sequence[str], api_key: Optional[str] = None, http: Optional[httpx.AsyncClient] = None) -> None:
+        if not urls:
+            raise ValueError("a fleet needs at least one URL")
+        self._own_http = http is None
+        self.http = http or make_http_client(api_key)
+        self.servers = [ServerClient(url, http=self.http) for url in urls]
+
+    async def __aenter__(self) -> "Fleet":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the shared HTTP client if the fleet made it."""
+        if self._own_http:
+            await self.http.aclose()
+
+    async def run(
+        self, operation: str, call: Callable[[ServerClient, Deadline], Awaitable[Any]], timeout_s: float
+    ) -> FleetResult:
+        """Run *call(server, deadline)* on every server at once; one result each, by *timeout_s* overall."""
+        started = time.monotonic()
+        deadline = Deadline.after(timeout_s)
+        results = [ServerResult(s.url, False) for s in self.servers]
+        tasks = [asyncio.create_task(self._one(s, call, deadline, results[i])) for i, s in enumerate(self.servers)]
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s + GRACE_S)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for result, task in zip(results, tasks):
+            if task in pending:
+                result.ok, result.kind = False, "timeout"
+                result.error = f"no answer within the overall deadline of {timeout_s:g} s"
+                result.seconds = time.monotonic() - started
+        return FleetResult(operation, results, time.monotonic() - started)
+
+    async def _one(self, server: ServerClient, call, deadline: Deadline, result: ServerResult) -> None:
+        started = time.monotonic()
+        try:
+            result.value = await call(server, deadline)
+            result.ok = not getattr(result.value, "timed_out", False)
+            if not result.ok:
+                result.kind, result.error = "timeout", getattr(result.value, "note", "") or "timed out"
+        except ServerError as exc:
+            result.ok, result.kind, result.error = False, exc.kind, exc.message
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must not lose the other servers' results
+            result.ok, result.kind, result.error = False, "internal", f"{type(exc).__name__}: {exc}"
+        finally:
+            result.seconds = time.monotonic() - started
+            if server._detection is not None:
+                result.api = server._detection.detail
+
+    async def detect(self, timeout_s: float = 10.0) -> FleetResult:
+        """What every server is."""
+        return await self.run("detect", lambda s, d: s.detection(d.remaining()), timeout_s)
+
+    async def loads(self, timeout_s: float = 10.0) -> FleetResult:
+        """Every server's loads."""
+        return await self.run("loads", lambda s, d: s.loads(d.remaining()), timeout_s)
+
+    async def abort(self, request_ids: Optional[Sequence[str]] = None, wait: bool = False, timeout_s: float = 30.0) -> FleetResult:
+        """Abort everything (or *request_ids*, on every server) once; with *wait*, until released."""
+        return await self.run("abort", lambda s, d: s.abort(request_ids, wait, d.remaining()), timeout_s)
+
+    async def abort_until_idle(self, timeout_s: float = 60.0, progress: Progress = no_progress) -> FleetResult:
+        """Abort until every server is idle, concurrently, all within *timeout_s*; a result per server."""
+        return await self.run("abort_until_idle", lambda s, d: s.abort_until_idle(deadline=d, progress=progress), timeout_s)
+
+    async def update_weight_version(self, new_version: str, abort_all_requests: bool = False, timeout_s: float = 30.0) -> FleetResult:
+        """Set the weight version everywhere (in-flight requests keep going unless asked)."""
+        return await self.run(
+            "update_weight_version", lambda s, d: s.update_weight_version(new_version, abort_all_requests, d.remaining()), timeout_s
+        )
+
+    async def pause(self, mode: str = "abort", timeout_s: float = 30.0) -> FleetResult:
+        """Pause every server in *mode*."""
+        return await self.run("pause", lambda s, d: s.pause(mode, d.remaining()), timeout_s)
+
+    async def resume(self, timeout_s: float = 30.0) -> FleetResult:
+        """Resume every server."""
+        return await self.run("resume", lambda s, d: s.resume(d.remaining()), timeout_s)
+
+    async def is_paused(self, timeout_s: float = 10.0) -> FleetResult:
+        """Every server's pause state."""
+        return await self.run("is_paused", lambda s, d: s.is_paused(d.remaining()), timeout_s)

@@ -1,0 +1,147 @@
+"""An async client for one server, whichever API it speaks (see :mod:`.detect`).
+
+Every method raises :class:`~.errors.ServerError` with a clear message on failure; the fleet
+(:mod:`.fleet`) turns those into per-server results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional, Sequence, Union
+
+import httpx
+
+from .contract_ops import ContractOps
+from .detect import Detection, Flavor, detect
+from .errors import ServerError
+from .loads import Load
+from .polling import Backoff, Deadline
+from .results import AbortOutcome, PauseOutcome, Progress, VersionOutcome, no_progress
+from .sglang_ops import SGLangOps
+from .transport import DEFAULT_TIMEOUT_S, Transport, make_http_client
+from .vllm_ops import VLLMOps
+
+Ops = Union[ContractOps, SGLangOps, VLLMOps]
+DETECT_TIMEOUT_S = 10.0
+
+
+class ServerClient:
+    """One server. ``async with ServerClient(url, api_key=...) as server: await server.loads()``.
+
+    *http*: an httpx client to share (a fleet shares one); otherwise the server makes and closes
+    its own. The API is detected on first use and remembered (:meth:`detection`).
+    """
+
+    def __init__(self, url: str, api_key: Optional[str] = None, http: Optional[httpx.AsyncClient] = None) -> None:
+        self._own_http = http is None
+        self.http = http or make_http_client(api_key)
+        self.transport = Transport(url, self.http)
+        self.url = self.transport.url
+        self._detection: Optional[Detection] = None
+        self._ops: Optional[Ops] = None
+
+    async def __aenter__(self) -> "ServerClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this server made it."""
+        if self._own_http:
+            await self.http.aclose()
+
+    async def detection(self, timeout_s: float = DETECT_TIMEOUT_S) -> Detection:
+        """Which API the server speaks (detected once, then remembered)."""
+        if self._detection is None:
+            found = await detect(self.transport, timeout_s)
+            if found.flavor is Flavor.CONTRACT:
+                self._ops = ContractOps(self.transport)
+            elif found.flavor is Flavor.SGLANG:
+                self._ops = SGLangOps(self.transport, legacy_loads="/get_load" in found.detail)
+            else:
+                self._ops = VLLMOps(self.transport)
+            self._detection = found
+        return self._detection
+
+    async def ops(self, timeout_s: float = DETECT_TIMEOUT_S) -> Ops:
+        """The operations for the detected API."""
+        await self.detection(min(timeout_s, DETECT_TIMEOUT_S))
+        assert self._ops is not None
+        return self._ops
+
+    async def loads(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> Load:
+        """Running, waiting and total requests (see :class:`~.loads.Load`)."""
+        return await (await self.ops(timeout_s)).loads(timeout_s)
+
+    async def abort(self, request_ids: Optional[Sequence[str]] = None, wait: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> AbortOutcome:
+        """Abort every request (no ids) or exactly *request_ids*; with *wait*, until they are released
+        or *timeout_s* (``timed_out`` says which)."""
+        ops = await self.ops(timeout_s)
+        return await ops.abort(list(request_ids) if request_ids else None, wait, timeout_s)
+
+    async def abort_until_idle(
+        self, timeout_s: float = 60.0, deadline: Optional[Deadline] = None, progress: Progress = no_progress
+    ) -> AbortOutcome:
+        """Abort everything until the server holds no request, bounded by *deadline* (or *timeout_s*).
+
+        Never loops without bound: at the deadline the outcome has ``timed_out`` true and
+        ``idle`` false, with the last known count.
+        """
+        deadline = deadline or Deadline.after(timeout_s)
+        ops = await self.ops(max(deadline.remaining(), 0.05))
+        return await ops.drain(deadline, progress)
+
+    async def update_weight_version(self, new_version: str, abort_all_requests: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> VersionOutcome:
+        """Set the weight version; in-flight requests keep going unless *abort_all_requests*."""
+        return await (await self.ops(timeout_s)).update_weight_version(new_version, abort_all_requests, timeout_s)
+
+    async def pause(self, mode: str = "abort", timeout_s: float = DEFAULT_TIMEOUT_S) -> PauseOutcome:
+        """Pause: ``abort`` returns in-flight work now, ``keep`` freezes it until :meth:`resume`."""
+        if mode not in ("abort", "keep"):
+            raise ValueError(f"mode must be 'abort' or 'keep', not {mode!r}")
+        return await (await self.ops(timeout_s)).pause(mode, timeout_s)
+
+    async def resume(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> PauseOutcome:
+        """Resume after a pause (harmless when not paused)."""
+        return await (await self.ops(timeout_s)).resume(timeout_s)
+
+    async def is_paused(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> PauseOutcome:
+        """The pause state (``is_paused`` None when the server cannot tell)."""
+        return await (await self.ops(timeout_s)).is_paused(timeout_s)
+
+    async def partial_generate(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: Optional[dict] = None,
+        request_id: Optional[str] = None,
+        timeout_s: Optional[float] = None,
+    ) -> dict:
+        """``/partial_generate``: the contract's answer (output ids, logprobs, finish reason,
+        ``cancelled``, weight-version spans). *timeout_s* None waits as long as generation takes."""
+        body: dict[str, Any] = {"input_ids": list(input_ids), "sampling_params": dict(sampling_params or {})}
+        if request_id is not None:
+            body["request_id"] = request_id
+        ops = await self.ops(DETECT_TIMEOUT_S)
+        return await ops.partial_generate(body, timeout_s if timeout_s is not None else 3600.0)
+
+    async def wait_resumed(self, timeout_s: float, signal: Optional[asyncio.Event] = None) -> bool:
+        """Wait until the server is not paused: *signal* set, or ``/is_paused`` false (polled with
+        backoff). Returns False at *timeout_s*, or at once if the server cannot say."""
+        deadline = Deadline.after(timeout_s)
+        if signal is not None:
+            try:
+                await asyncio.wait_for(signal.wait(), timeout_s)
+                return True
+            except asyncio.TimeoutError:
+                return False
+        backoff = Backoff(first_s=0.02, cap_s=0.5)
+        while True:
+            state = await self.is_paused(max(deadline.remaining(), 0.5))
+            if state.is_paused is None:
+                return False
+            if not state.is_paused:
+                return True
+            if deadline.expired():
+                return False
+            await backoff.sleep(deadline)

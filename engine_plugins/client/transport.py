@@ -1,0 +1,107 @@
+"""HTTP calls to one server, with every transport failure turned into a :class:`ServerError`.
+
+Each call takes its own timeout, so that callers working towards a deadline never wait past it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import httpx
+
+from .errors import ServerError
+
+# Below the engines' 5 s keep-alive timeout: reusing a connection the server is closing fails.
+KEEPALIVE_EXPIRY_S = 2.0
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def make_http_client(api_key: Optional[str] = None, max_connections: int = 256) -> httpx.AsyncClient:
+    """An httpx client with the bearer key (if any) and loopback-friendly connection limits."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.AsyncClient(
+        headers=headers,
+        timeout=httpx.Timeout(DEFAULT_TIMEOUT_S, connect=10.0),
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=KEEPALIVE_EXPIRY_S
+        ),
+    )
+
+
+class Transport:
+    """JSON over HTTP to one base URL (which may carry a route prefix, e.g. ``http://h:p/rl``)."""
+
+    def __init__(self, url: str, http: httpx.AsyncClient) -> None:
+        self.url = url.rstrip("/")
+        self.http = http
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: Optional[dict] = None,
+        timeout_s: Optional[float] = None,
+        expect_json: bool = True,
+    ) -> Any:
+        """Send one request; return the decoded JSON (None for an empty body).
+
+        Raises :class:`ServerError` for a refused connection, a timeout, a connection lost
+        mid-call, any status but 2xx (with the server's own message), or a body that is not JSON.
+        """
+        where = f"{method} {path}"
+        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)) if timeout_s is not None else httpx.USE_CLIENT_DEFAULT
+        try:
+            response = await self.http.request(
+                method, self.url + path, json=body, params=params, timeout=timeout
+            )
+        except httpx.ConnectError as exc:
+            raise ServerError(self.url, "unreachable", f"cannot connect ({_reason(exc)}); is the server running at {self.url}?") from None
+        except httpx.TimeoutException:
+            raise ServerError(self.url, "timeout", f"{where}: no answer within {timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S:.3g} s") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            raise ServerError(self.url, "disconnected", f"{where}: the connection was lost mid-call ({_reason(exc)})") from None
+        except httpx.HTTPError as exc:
+            raise ServerError(self.url, "unreachable", f"{where}: {type(exc).__name__}: {_reason(exc)}") from None
+        return _decode(self.url, where, response, expect_json)
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _decode(url: str, where: str, response: httpx.Response, expect_json: bool) -> Any:
+    status = response.status_code
+    if status >= 300:
+        detail = error_message(response)
+        if status in (401, 403):
+            raise ServerError(url, "unauthorized", f"{where} -> {status}: {detail} (pass --api-key or set ENGINE_PLUGINS_API_KEY)", status)
+        if status == 404:
+            raise ServerError(url, "not_found", f"{where} -> 404: this server has no such route", status)
+        raise ServerError(url, "http", f"{where} -> {status}: {detail}", status)
+    if not expect_json:
+        return response.text
+    if not response.content.strip():
+        return None
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ServerError(url, "protocol", f"{where}: expected JSON, got {response.text[:80]!r}", status) from None
+
+
+def error_message(response: httpx.Response) -> str:
+    """The server's own words for an error: the contract's ``error.message``, vLLM's ``error``,
+    FastAPI's ``detail``, SGLang's ``message``, or the start of the body."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200].strip() or response.reason_phrase
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])
+        for key in ("error", "detail", "message"):
+            if body.get(key):
+                return str(body[key])
+    return str(body)[:200]
