@@ -7,6 +7,8 @@ FastAPI's 422) and so that errors never reach an engine's exception handlers.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -108,14 +110,32 @@ async def _update_weight_version(ctx: _Context, request: Request) -> Any:
 
 async def _partial_generate(ctx: _Context, request: Request) -> Any:
     body = await parse_body(request, PartialGenerateRequest)
-    result = await call_hook(
-        ctx.pm,
-        "partial_generate",
-        input_ids=body.input_ids,
-        sampling_params=body.sampling_params,
-        request_id=body.request_id,
+    generation = asyncio.ensure_future(
+        call_hook(
+            ctx.pm,
+            "partial_generate",
+            input_ids=body.input_ids,
+            sampling_params=body.sampling_params,
+            request_id=body.request_id,
+        )
     )
-    return _answer(result, "partial_generate")
+    # A client that hangs up no longer wants its tokens: abort the request rather than let it
+    # hold the engine (and its KV cache) to the end.
+    hang_up = asyncio.ensure_future(_disconnected(request))
+    await asyncio.wait({generation, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+    if generation.done():
+        hang_up.cancel()
+        return _answer(generation.result(), "partial_generate")
+    generation.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await generation
+    raise ContractError(499, "the client closed the connection; the request was aborted", "client_closed")
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client disconnects (the body is already read, so only that can arrive)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _pause(ctx: _Context, request: Request) -> Any:

@@ -1,6 +1,9 @@
 """POST /partial_generate: token ids in; tokens, logprobs and weight-version spans out."""
 
 import asyncio
+import contextlib
+
+import httpx
 
 import pytest
 
@@ -44,3 +47,21 @@ async def test_a_request_id_already_in_flight_is_a_conflict(target):
         result = await task
     assert result["cancelled"] is True
     assert_partial(result, target.long_tokens)
+
+
+async def test_a_client_that_hangs_up_aborts_its_request(target):
+    async with Api(target) as api:
+        async with httpx.AsyncClient(base_url=target.url, headers={"Authorization": f"Bearer {target.api_key}"}) as quitter:
+            task = asyncio.create_task(
+                quitter.post("/partial_generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": target.long_tokens, "ignore_eos": True}})
+            )
+            await api.wait_in_flight(1, running=True)
+            # Frozen by a keep pause, the request cannot finish by itself: only the hang-up ends it.
+            await api.ok("POST", "/pause", {"mode": "keep"})
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        try:
+            await api.wait_for("the abandoned request to be released", lambda loads: loads["in_flight"] == 0)
+        finally:
+            await api.ok("POST", "/resume")
