@@ -1,0 +1,102 @@
+"""The ``engine-plugins`` command: ``doctor``, ``loads``, ``abort``, ``pause``, ``resume``,
+``version`` and ``demo``. Exit codes: :mod:`.exit_codes`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from ..config import ConfigError, load_settings
+from . import exit_codes
+
+EPILOG = """exit codes: 0 ok; 1 some server failed (or the demo failed); 2 usage or configuration error;
+3 timed out (a server did not answer, or was not idle, by the deadline); 4 doctor found problems.
+The API key is --api-key, else ENGINE_PLUGINS_API_KEY."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
+    keyed = argparse.ArgumentParser(add_help=False, parents=[common])
+    keyed.add_argument("--api-key", default=None, help="bearer key for the servers (default: ENGINE_PLUGINS_API_KEY)")
+    fleet = argparse.ArgumentParser(add_help=False, parents=[keyed])
+    fleet.add_argument("--timeout", type=_seconds, default=30.0, metavar="S", help="one overall deadline in seconds (default 30)")
+
+    parser = argparse.ArgumentParser(prog="engine-plugins", description="RL rollout control for SGLang and vLLM servers.",
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("doctor", parents=[common], help="check this environment: engines, entry points, configuration")
+    p = sub.add_parser("loads", parents=[fleet], help="running/waiting/total requests per server")
+    p.add_argument("urls", nargs="+", metavar="URL")
+    p = sub.add_parser("abort", parents=[fleet], help="abort every request (or --ids); --wait: until idle")
+    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("--wait", action="store_true", help="wait until the aborted requests are released (without --ids: until every server is idle)")
+    p.add_argument("--ids", nargs="+", default=None, metavar="ID", help="abort exactly these request ids")
+    p = sub.add_parser("pause", parents=[fleet], help="pause generation")
+    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("--mode", choices=("abort", "keep"), default="abort", help="abort: return in-flight work now; keep: freeze it until resume")
+    p = sub.add_parser("resume", parents=[fleet], help="resume generation")
+    p.add_argument("urls", nargs="+", metavar="URL")
+    p = sub.add_parser("version", parents=[fleet], help="set the weight version (in-flight requests keep going)")
+    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("new_version", metavar="NEW")
+    p.add_argument("--abort-all", action="store_true", help="abort every request first")
+    p = sub.add_parser("demo", parents=[keyed], help="a short RL-style loop on a real engine (or --url)")
+    p.add_argument("--engine", choices=("vllm", "sglang"), default="vllm", help="engine to start (default vllm)")
+    p.add_argument("--url", default=None, help="drive this running server instead of starting one")
+    p.add_argument("--samples", type=_positive_int, default=8, help="samples in the batch (default 8)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=1024, help="tokens per sample (default 1024)")
+    p.add_argument("--abort-after", type=_seconds, default=0.3, metavar="S", help="seconds of generation before the abort (default 0.3)")
+    return parser
+
+
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {raw!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {raw!r}")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {raw!r}")
+    return value
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command; returns (and, as a console script, exits with) its exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
+        return int(exc.code or 0)
+    if args.command == "doctor":
+        from .doctor_command import run as run_doctor
+
+        return run_doctor(args)
+    api_key = args.api_key
+    if api_key is None:
+        try:
+            api_key = load_settings().api_key
+        except ConfigError as exc:
+            print(f"engine-plugins: {exc}", file=sys.stderr)
+            return exit_codes.USAGE
+    if args.command == "demo":
+        from .demo import run as run_demo
+
+        return run_demo(args, api_key)
+    from .fleet_commands import run as run_fleet
+
+    return run_fleet(args, api_key)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""``loads``, ``abort``, ``pause``, ``resume`` and ``version``: one fleet operation each, shown as a
+table (or JSON) with one row per server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from ..client import Fleet, FleetResult
+from . import exit_codes
+from .render import has_rich, print_json, print_table
+
+
+def _status(result) -> str:
+    if result.ok:
+        note = getattr(result.value, "note", "")
+        return f"ok{': ' + note if note else ''}"
+    return f"{'TIMEOUT' if result.kind == 'timeout' else 'FAILED'} ({result.kind}): {result.error}"
+
+
+def _show(args: argparse.Namespace, fleet_result: FleetResult, title: str, columns: Sequence[tuple[str, Callable[[Any], Any]]]) -> int:
+    """Print the result and return the exit code."""
+    code = exit_codes.for_fleet(fleet_result)
+    if args.json:
+        print_json({**fleet_result.to_dict(), "exit_code": code})
+        return code
+    headers = ["server", "api", *[name for name, _ in columns], "time", "status"]
+    rows = []
+    for r in fleet_result.results:
+        values = [get(r.value) if r.ok or r.value is not None else "" for _, get in columns]
+        rows.append([r.url, r.api or "?", *values, f"{r.seconds:.2f}s", _status(r)])
+    failed = len(fleet_result.failed)
+    print_table(f"{title}: {len(rows) - failed}/{len(rows)} ok in {fleet_result.seconds:.2f} s", headers, rows)
+    return code
+
+
+def _known(value: Any) -> Any:
+    return "?" if value is None else value
+
+
+async def loads(args: argparse.Namespace, fleet: Fleet) -> int:
+    """Every server's running, waiting and total requests."""
+    result = await fleet.loads(args.timeout)
+    return _show(args, result, "loads", [
+        ("running", lambda l: l.running), ("waiting", lambda l: l.waiting), ("total", lambda l: l.total),
+        ("in_flight", lambda l: _known(l.in_flight)), ("paused", lambda l: _known(l.paused)),
+        ("weight_version", lambda l: _known(l.weight_version)),
+    ])
+
+
+ABORT_COLUMNS = [
+    ("aborted", lambda o: _known(o.aborted)), ("in_flight", lambda o: _known(o.in_flight)),
+    ("idle", lambda o: _known(o.idle)), ("rounds", lambda o: o.rounds),
+]
+
+
+async def abort(args: argparse.Namespace, fleet: Fleet) -> int:
+    """Abort (by ids, or everything); ``--wait`` without ids aborts until every server is idle."""
+    if args.ids or not args.wait:
+        result = await fleet.abort(args.ids or None, wait=args.wait, timeout_s=args.timeout)
+        return _show(args, result, "abort" + (" (wait)" if args.wait else ""), ABORT_COLUMNS)
+    live = _LiveProgress(fleet, args.timeout) if not args.json and has_rich() and sys.stdout.isatty() else None
+    if live is None:
+        result = await fleet.abort_until_idle(args.timeout)
+    else:
+        with live:
+            result = await fleet.abort_until_idle(args.timeout, progress=live.update)
+    return _show(args, result, "abort until idle", ABORT_COLUMNS)
+
+
+async def pause(args: argparse.Namespace, fleet: Fleet) -> int:
+    """Pause every server in ``--mode``."""
+    result = await fleet.pause(args.mode, args.timeout)
+    return _show(args, result, f"pause ({args.mode})", [("paused", lambda p: _known(p.is_paused)), ("mode", lambda p: _known(p.mode))])
+
+
+async def resume(args: argparse.Namespace, fleet: Fleet) -> int:
+    """Resume every server."""
+    result = await fleet.resume(args.timeout)
+    return _show(args, result, "resume", [("paused", lambda p: _known(p.is_paused))])
+
+
+async def version(args: argparse.Namespace, fleet: Fleet) -> int:
+    """Set the weight version on every server (in-flight requests keep going unless ``--abort-all``)."""
+    result = await fleet.update_weight_version(args.new_version, args.abort_all, args.timeout)
+    return _show(args, result, f"weight version -> {args.new_version}", [
+        ("previous", lambda v: _known(v.previous_version)), ("new", lambda v: v.new_version), ("aborted", lambda v: _known(v.aborted)),
+    ])
+
+
+class _LiveProgress:
+    """A live table of each server's phase while waiting for idle (rich, terminals only)."""
+
+    def __init__(self, fleet: Fleet, timeout_s: float) -> None:
+        from rich.live import Live
+
+        self.started = time.monotonic()
+        self.timeout_s = timeout_s
+        self.state = {s.url: ("starting", None) for s in fleet.servers}
+        self.live = Live(self._table(), refresh_per_second=8, transient=True)
+
+    def __enter__(self) -> "_LiveProgress":
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.live.__exit__(*exc)
+
+    def update(self, url: str, phase: str, in_flight: Optional[int]) -> None:
+        """The progress callback: record and redraw."""
+        self.state[url] = (phase, in_flight)
+        self.live.update(self._table())
+
+    def _table(self):
+        from rich.table import Table
+
+        elapsed = time.monotonic() - self.started
+        table = Table(title=f"waiting for idle: {elapsed:.1f} s of {self.timeout_s:g} s", title_justify="left")
+        for header in ("server", "phase", "in flight"):
+            table.add_column(header)
+        for url, (phase, n) in self.state.items():
+            table.add_row(url, phase, "?" if n is None else str(n))
+        return table
+
+
+COMMANDS = {"loads": loads, "abort": abort, "pause": pause, "resume": resume, "version": version}
+
+
+def run(args: argparse.Namespace, api_key: Optional[str]) -> int:
+    """Run the fleet command named by ``args.command``."""
+
+    async def go() -> int:
+        async with Fleet(args.urls, api_key=api_key) as fleet:
+            return await COMMANDS[args.command](args, fleet)
+
+    return asyncio.run(go())
