@@ -1,0 +1,533 @@
+"""A fake of vLLM 0.32's ``AsyncLLM``, its ``OutputProcessor`` and its engine core, in one process.
+
+It keeps the semantics the plugin depends on, each checked against vLLM 0.32.0's source
+(``vllm/...`` file:line), and drops everything else (no model, no tokenizer, no ZMQ):
+
+- ``generate`` (v1/engine/async_llm.py:698-823): add the request, then yield outputs from its
+  collector until one is finished; cancelled or closed early, it aborts with ``internal=True``.
+- External -> internal ids ``f"{external}-{random8}"`` (v1/engine/input_processor.py:354-371),
+  tracked in ``OutputProcessor.external_req_ids`` (v1/engine/output_processor.py:521, 645).
+- ``OutputProcessor.abort_requests`` (output_processor.py:552-614) returns the internal ids it
+  actually aborted and puts a final ``finish_reason="abort"`` output with every token so far
+  into each request's collector at once; ``AsyncLLM.abort`` (async_llm.py:911-922) discards it.
+- Outputs are cumulative for CUMULATIVE and FINAL_ONLY, FINAL_ONLY only when finished
+  (output_processor.py:428-482); ``weight_versions`` spans on finished outputs only (481,
+  484-498), from the version the core stamps on every step's outputs (v1/engine/core.py:647-650).
+- The engine core receives adds, aborts and utility calls in order on one queue (the ZMQ input
+  socket, v1/engine/core_client.py:1237-1257) and looks utility methods up by name
+  (core.py:1687-1698). Pause (core.py:2061-2103): ``abort`` finishes every request and sends
+  abort outputs, then PAUSED_NEW; ``keep`` is PAUSED_ALL. In every mode new requests are queued
+  in the scheduler and not scheduled (v1/core/sched/scheduler.py:615-617, 900-917).
+- ``Scheduler.get_request_counts`` is ``(len(running), len(waiting))`` (scheduler.py:2608-2610).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import random
+import uuid
+import zlib
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any, AsyncGenerator, Iterable, Optional
+
+EOS_TOKEN_ID = 2
+
+
+class FakeValidationError(ValueError):
+    """Stands for ``vllm.exceptions.VLLMValidationError`` (exceptions.py:28)."""
+
+
+class RequestOutputKind(enum.Enum):
+    """sampling_params.py:205-211."""
+
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
+
+
+class PauseState(enum.IntEnum):
+    """v1/core/sched/interface.py:24-35."""
+
+    UNPAUSED = 0
+    PAUSED_NEW = 1
+    PAUSED_ALL = 2
+
+
+@dataclass
+class SamplingParams:
+    """The fields of ``vllm.SamplingParams`` the plugin sets, validated as vLLM does (sampling_params.py:660-700)."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    seed: Optional[int] = None
+    logprobs: Optional[int] = None
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise FakeValidationError(f"max_tokens must be at least 1, got {self.max_tokens}.")
+        if self.temperature < 0:
+            raise FakeValidationError(f"temperature must be non-negative, got {self.temperature}.")
+        if not 0 < self.top_p <= 1:
+            raise FakeValidationError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.top_k < -1:
+            raise FakeValidationError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")
+
+
+def TokensPrompt(**fields: Any) -> dict:
+    """``vllm.inputs.TokensPrompt`` is a TypedDict (inputs/llm.py:111)."""
+    return dict(fields)
+
+
+@dataclass
+class Logprob:
+    """logprobs.py:13."""
+
+    logprob: float
+    rank: Optional[int] = None
+    decoded_token: Optional[str] = None
+
+
+@dataclass
+class WeightVersionSpan:
+    """outputs.py:42-47."""
+
+    version: str
+    start: int
+    end: int
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: Optional[list[dict[int, Logprob]]]
+    finish_reason: Optional[str] = None
+    weight_versions: Optional[list[WeightVersionSpan]] = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str  # the external id (output_processor.py:413)
+    outputs: list[CompletionOutput]
+    finished: bool
+
+
+@dataclass
+class EngineCoreRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    external_req_id: Optional[str] = None
+
+
+@dataclass
+class EngineCoreOutput:
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[float]
+    finish_reason: Optional[str] = None
+
+
+class RequestOutputCollector:
+    """output_processor.py:53-113: one slot; non-delta outputs replace an unread one."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.output: Any = None
+        self.ready = asyncio.Event()
+
+    def put(self, output: Any) -> None:
+        self.output = output
+        self.ready.set()
+
+    async def get(self) -> Any:
+        while (output := self.output) is None:
+            await self.ready.wait()
+        self.output = None
+        self.ready.clear()
+        if isinstance(output, Exception):
+            raise output
+        return output
+
+    def get_nowait(self) -> Any:
+        output = self.output
+        if output is not None:
+            self.output = None
+            self.ready.clear()
+        if isinstance(output, Exception):
+            raise output
+        return output
+
+
+class RequestState:
+    """output_processor.py:140-498, for text generation with cumulative or final-only outputs."""
+
+    def __init__(self, request: EngineCoreRequest, queue: RequestOutputCollector) -> None:
+        self.request_id = request.request_id
+        self.external_req_id = request.external_req_id
+        self.output_kind = request.sampling_params.output_kind
+        self.want_logprobs = request.sampling_params.logprobs is not None
+        self.queue = queue
+        self.is_prefilling = True
+        self.token_ids: list[int] = []
+        self.logprobs: list[dict[int, Logprob]] = []
+        self.weight_version_starts: list[tuple[str, int]] = []
+
+    def track_weight_version(self, version: str) -> None:
+        if not self.weight_version_starts or self.weight_version_starts[-1][0] != version:
+            self.weight_version_starts.append((version, len(self.token_ids)))
+
+    def spans(self) -> list[WeightVersionSpan]:
+        starts = self.weight_version_starts
+        ends = [s for _, s in starts[1:]] + [len(self.token_ids)]
+        return [WeightVersionSpan(v, s, e) for (v, s), e in zip(starts, ends)]
+
+    def make_request_output(self, new_token_ids: list[int], finish_reason: Optional[str]) -> Optional[RequestOutput]:
+        finished = finish_reason is not None
+        if self.output_kind == RequestOutputKind.FINAL_ONLY and not finished:
+            return None
+        delta = self.output_kind == RequestOutputKind.DELTA
+        completion = CompletionOutput(
+            index=0,
+            text=" ".join(map(str, new_token_ids if delta else self.token_ids)),
+            token_ids=list(new_token_ids) if delta else list(self.token_ids),
+            logprobs=(self.logprobs[-len(new_token_ids):] if delta and new_token_ids else [] if delta else list(self.logprobs))
+            if self.want_logprobs
+            else None,
+            finish_reason=finish_reason,
+            weight_versions=self.spans() if finished else None,
+        )
+        return RequestOutput(request_id=self.external_req_id, outputs=[completion], finished=finished)
+
+
+class OutputProcessor:
+    """output_processor.py:504-800: request states by internal id, outputs into collectors."""
+
+    def __init__(self) -> None:
+        self.request_states: dict[str, RequestState] = {}
+        self.parent_requests: dict[str, Any] = {}
+        self.external_req_ids: defaultdict[str, list[str]] = defaultdict(list)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.request_states)
+
+    def add_request(self, request: EngineCoreRequest, queue: RequestOutputCollector) -> None:
+        state = RequestState(request, queue)
+        self.request_states[request.request_id] = state
+        self.external_req_ids[state.external_req_id].append(request.request_id)
+
+    def abort_requests(self, request_ids: Iterable[str], internal: bool) -> list[str]:
+        """output_processor.py:552-614 (without parallel-sampling parents)."""
+        internal_req_ids: list[str] = []
+        for request_id in request_ids:
+            if internal:
+                internal_req_ids.append(request_id)
+                if req_state := self.request_states.get(request_id):
+                    internal_ids = self.external_req_ids[req_state.external_req_id]
+                    internal_ids.remove(request_id)
+                    if not internal_ids:
+                        del self.external_req_ids[req_state.external_req_id]
+            elif internal_ids := self.external_req_ids.pop(request_id, []):
+                internal_req_ids.extend(internal_ids)
+        aborted = []
+        for request_id in internal_req_ids:
+            req_state = self.request_states.pop(request_id, None)
+            if req_state is not None:
+                aborted.append(request_id)
+                if output := req_state.make_request_output([], "abort"):
+                    req_state.queue.put(output)
+        return aborted
+
+    def process_outputs(self, outputs: list[EngineCoreOutput], weight_version: Optional[str]) -> None:
+        """output_processor.py:681-800: outputs for unknown (already aborted) ids are ignored."""
+        for out in outputs:
+            state = self.request_states.get(out.request_id)
+            if state is None:
+                continue
+            state.is_prefilling = False
+            if out.new_token_ids and weight_version is not None:
+                state.track_weight_version(weight_version)
+            state.token_ids.extend(out.new_token_ids)
+            if state.want_logprobs:
+                state.logprobs.extend({t: Logprob(lp, rank=1)} for t, lp in zip(out.new_token_ids, out.new_logprobs))
+            if output := state.make_request_output(out.new_token_ids, out.finish_reason):
+                state.queue.put(output)
+            if out.finish_reason is not None:
+                self.request_states.pop(out.request_id, None)
+                ids = self.external_req_ids.get(state.external_req_id)
+                if ids and out.request_id in ids:
+                    ids.remove(out.request_id)
+                    if not ids:
+                        del self.external_req_ids[state.external_req_id]
+
+
+@dataclass
+class _CoreRequest:
+    request: EngineCoreRequest
+    rng: random.Random
+    num_output: int = 0
+
+
+class Scheduler:
+    """The parts of v1/core/sched/scheduler.py the plugin observes."""
+
+    def __init__(self, max_num_seqs: int) -> None:
+        self.max_num_seqs = max_num_seqs
+        self.requests: dict[str, _CoreRequest] = {}
+        self.waiting: deque[_CoreRequest] = deque()
+        self.running: list[_CoreRequest] = []
+        self.pause_state = PauseState.UNPAUSED
+
+    def get_request_counts(self) -> tuple[int, int]:
+        """scheduler.py:2608-2610."""
+        return len(self.running), len(self.waiting)
+
+    def add(self, request: EngineCoreRequest) -> None:
+        seed = request.sampling_params.seed
+        rng = random.Random(seed if seed is not None else zlib.crc32(request.request_id.encode()))
+        core_request = _CoreRequest(request, rng)
+        self.requests[request.request_id] = core_request
+        self.waiting.append(core_request)
+
+    def finish_requests(self, request_ids: Optional[Iterable[str]]) -> list[str]:
+        """scheduler.py:2649-: None finishes every request; returns the ones that were live."""
+        ids = list(self.requests) if request_ids is None else [i for i in request_ids if i in self.requests]
+        for request_id in ids:
+            core_request = self.requests.pop(request_id)
+            if core_request in self.running:
+                self.running.remove(core_request)
+            else:
+                self.waiting.remove(core_request)
+        return ids
+
+    def schedule(self) -> list[_CoreRequest]:
+        """Admit waiting requests only when unpaused (917); run nothing when PAUSED_ALL (615-617)."""
+        if self.pause_state == PauseState.PAUSED_ALL:
+            return []
+        while self.pause_state == PauseState.UNPAUSED and self.waiting and len(self.running) < self.max_num_seqs:
+            self.running.append(self.waiting.popleft())
+        return list(self.running)
+
+
+class EngineCore:
+    """The engine-core process (v1/engine/core.py), as a task reading an ordered input queue."""
+
+    def __init__(self, step_s: float, vocab_size: int, max_num_seqs: int) -> None:
+        self.step_s = step_s
+        self.vocab_size = vocab_size
+        self.scheduler = Scheduler(max_num_seqs)
+        self._weight_version = "default"  # core.py:141
+        self.outputs: asyncio.Queue = asyncio.Queue()
+
+    # utility methods, called by name (core.py:1687-1698)
+    def set_weight_version(self, weight_version: str) -> None:
+        self._weight_version = weight_version
+
+    def get_weight_version(self) -> str:
+        return self._weight_version
+
+    def pause_scheduler(self, mode: str = "abort", clear_cache: bool = True) -> None:
+        """core.py:2061-2103 (the wait-mode drain is not modelled: the plugin never uses it)."""
+        if mode not in ("abort", "wait", "keep"):
+            raise ValueError(f"Invalid pause mode: {mode}")
+        if mode == "wait":
+            raise NotImplementedError("the fake does not model pause(mode='wait')")
+        if mode == "abort":
+            aborted = self.scheduler.finish_requests(None)
+            self._send([EngineCoreOutput(i, [], [], "abort") for i in aborted])
+        self.scheduler.pause_state = PauseState.PAUSED_ALL if mode == "keep" else PauseState.PAUSED_NEW
+
+    def resume_scheduler(self) -> None:
+        self.scheduler.pause_state = PauseState.UNPAUSED
+
+    def is_scheduler_paused(self) -> bool:
+        return self.scheduler.pause_state != PauseState.UNPAUSED
+
+    def _send(self, outputs: list[EngineCoreOutput]) -> None:
+        if outputs:
+            self.outputs.put_nowait((outputs, self._weight_version))
+
+    def handle(self, kind: str, payload: Any) -> Any:
+        if kind == "ADD":
+            self.scheduler.add(payload)
+        elif kind == "ABORT":
+            self.scheduler.finish_requests(payload)
+        elif kind == "UTILITY":
+            method, args = payload
+            return getattr(self, method)(*args)
+
+    def step(self) -> None:
+        outputs = []
+        for core_request in self.scheduler.schedule():
+            params = core_request.request.sampling_params
+            token = core_request.rng.randrange(EOS_TOKEN_ID + 1, self.vocab_size)
+            core_request.num_output += 1
+            finish = None
+            if token in params.stop_token_ids:
+                finish = "stop"
+            elif core_request.num_output >= params.max_tokens:
+                finish = "length"
+            outputs.append(EngineCoreOutput(core_request.request.request_id, [token], [-5.0 * core_request.rng.random()], finish))
+            if finish:
+                self.scheduler.finish_requests([core_request.request.request_id])
+        self._send(outputs)
+
+
+class EngineCoreClient:
+    """``AsyncMPClient`` (core_client.py:1106-1365): one ordered input queue into the core."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self._inputs: asyncio.Queue = asyncio.Queue()
+        self._task: Optional[asyncio.Task] = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            while not self._inputs.empty():
+                self._process(*self._inputs.get_nowait())
+            if self.core.scheduler.requests and self.core.scheduler.schedule():
+                await asyncio.sleep(self.core.step_s)
+                while not self._inputs.empty():  # inputs that arrived during the step come first
+                    self._process(*self._inputs.get_nowait())
+                self.core.step()
+            else:
+                self._process(*await self._inputs.get())
+
+    def _process(self, kind: str, payload: Any, future: Optional[asyncio.Future]) -> None:
+        try:
+            result = self.core.handle(kind, payload)
+        except Exception as exc:
+            if future is not None:
+                future.set_exception(exc)
+            return
+        if future is not None:
+            future.set_result(result)
+
+    async def add_request_async(self, request: EngineCoreRequest) -> None:
+        await asyncio.sleep(0)  # the real send may suspend (zmq.asyncio)
+        self._inputs.put_nowait(("ADD", request, None))
+
+    async def abort_requests_async(self, request_ids: list[str]) -> None:
+        if request_ids:
+            self._inputs.put_nowait(("ABORT", list(request_ids), None))
+
+    async def call_utility_async(self, method: str, *args: Any) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._inputs.put_nowait(("UTILITY", (method, args), future))
+        return await future
+
+    async def call_utility_all_async(self, method: str, *args: Any) -> list[Any]:
+        return [await self.call_utility_async(method, *args)]
+
+
+class Renderer:
+    """``renderer.render_cmpl_async`` for token prompts (renderers/base.py:1260-1285)."""
+
+    def __init__(self, max_model_len: int) -> None:
+        self.max_model_len = max_model_len
+
+    async def render_cmpl_async(self, prompts: list[dict]) -> list[dict]:
+        rendered = []
+        for prompt in prompts:
+            ids = list(prompt["prompt_token_ids"])
+            if len(ids) >= self.max_model_len:
+                raise FakeValidationError(f"The prompt ({len(ids)} tokens) is longer than the maximum model length of {self.max_model_len}.")
+            rendered.append({"type": "token", "prompt_token_ids": ids})
+        return rendered
+
+
+class AsyncLLM:
+    """The fake ``AsyncLLM``: the same public surface and internals the plugin uses."""
+
+    def __init__(self, step_s: float = 0.003, vocab_size: int = 512, max_num_seqs: int = 64, max_model_len: int = 2048) -> None:
+        self.errored = False
+        self.output_processor = OutputProcessor()
+        self.engine_core = EngineCoreClient(EngineCore(step_s, vocab_size, max_num_seqs))
+        self.renderer = Renderer(max_model_len)
+        self._output_handler: Optional[asyncio.Task] = None
+
+    def start(self) -> None:
+        """Start the engine core and the output handler (async_llm.py:825-909) on this loop."""
+        self.engine_core.start()
+        self._output_handler = asyncio.get_running_loop().create_task(self._handle_outputs())
+
+    async def shutdown(self) -> None:
+        await self.engine_core.stop()
+        if self._output_handler is not None:
+            self._output_handler.cancel()
+
+    async def _handle_outputs(self) -> None:
+        while True:
+            outputs, version = await self.engine_core.core.outputs.get()
+            self.output_processor.process_outputs(outputs, version)
+
+    async def add_request(self, request_id: str, prompt: Any, params: SamplingParams) -> RequestOutputCollector:
+        """async_llm.py:388-556 for one sequence: process inputs, assign the internal id, add."""
+        await asyncio.sleep(0)  # processing inputs yields to the loop
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            ids = list(prompt["prompt_token_ids"])
+        elif isinstance(prompt, str):
+            ids = [EOS_TOKEN_ID + 1 + b % 200 for b in prompt.encode()] or [1]
+        else:
+            raise FakeValidationError(f"unsupported prompt {type(prompt).__name__}")
+        request = EngineCoreRequest(request_id=request_id, prompt_token_ids=ids, sampling_params=params)
+        request.external_req_id = request.request_id  # input_processor.py:363
+        request.request_id = f"{request.external_req_id}-{uuid.uuid4().hex[:8]}"  # 371
+        queue = RequestOutputCollector(request.request_id)
+        self.output_processor.add_request(request, queue)  # async_llm.py:572
+        await self.engine_core.add_request_async(request)  # 575
+        return queue
+
+    async def generate(self, prompt: Any, sampling_params: SamplingParams, request_id: str, **kwargs: Any) -> AsyncGenerator[RequestOutput, None]:
+        """async_llm.py:743-823."""
+        q: Optional[RequestOutputCollector] = None
+        try:
+            q = await self.add_request(request_id, prompt, sampling_params)
+            finished = False
+            while not finished:
+                out = q.get_nowait() or await q.get()
+                finished = out.finished
+                yield out
+        except (asyncio.CancelledError, GeneratorExit):
+            if q is not None:
+                await self.abort(q.request_id, internal=True)
+            raise
+
+    async def abort(self, request_id: str | Iterable[str], internal: bool = False) -> None:
+        """async_llm.py:911-922: the list of aborted ids is not returned."""
+        request_ids = [request_id] if isinstance(request_id, str) else list(request_id)
+        all_request_ids = self.output_processor.abort_requests(request_ids, internal)
+        await self.engine_core.abort_requests_async(all_request_ids)
+
+    async def pause_generation(self, *, mode: str = "abort", clear_cache: bool = True) -> None:
+        """async_llm.py:952-984."""
+        await self.engine_core.call_utility_async("pause_scheduler", mode, clear_cache)
+        await asyncio.sleep(0.02)
+
+    async def resume_generation(self) -> None:
+        await self.engine_core.call_utility_async("resume_scheduler")
+
+    async def is_paused(self) -> bool:
+        return await self.engine_core.call_utility_async("is_scheduler_paused")
+
+    async def update_weight_version(self, new_version: str) -> None:
+        await self.engine_core.call_utility_async("set_weight_version", new_version)
+
+    async def get_weight_version(self) -> str:
+        return await self.engine_core.call_utility_async("get_weight_version")

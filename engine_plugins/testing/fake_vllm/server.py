@@ -1,0 +1,197 @@
+"""Serve the fake ``AsyncLLM`` the way vLLM 0.32's OpenAI server does, with the REAL plugin.
+
+``python -m engine_plugins.testing.fake_vllm --port P --api-key K [--dev-mode]``
+
+The app is built in vLLM's order (entrypoints/launchers/app.py:19-56): native routes, then the
+endpoint plugin's ``attach_router`` with vLLM's replacement rule
+(plugins/endpoint_plugins/interface.py:97-146), then the ``--api-key`` middleware that guards
+only ``/v1``, ``/v2``, ``/inference`` and ``/cohere`` (serve/middleware/authenticate.py); the
+plugin's ``init_state`` runs before serving (launchers/api_server/entry.py:137-138). The plugin
+and the general plugin's engine-core utility are the real ones; only vLLM is fake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import secrets
+import uuid
+from argparse import Namespace
+from contextlib import asynccontextmanager
+from copy import copy
+from typing import Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+from ...vllm import internals
+from ...vllm.internals import VllmApi
+from ...vllm.plugin import VllmEndpointPlugin
+from . import engine as fake
+
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
+
+logger = logging.getLogger(__name__)
+
+
+def fake_api() -> VllmApi:
+    """The fake's stand-ins for the vLLM names the plugin imports."""
+    return VllmApi(
+        version="0.32.0+fake",
+        TokensPrompt=fake.TokensPrompt,
+        SamplingParams=fake.SamplingParams,
+        final_only=fake.RequestOutputKind.FINAL_ONLY,
+        client_errors=(fake.FakeValidationError, ValueError),
+    )
+
+
+def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: bool = False) -> FastAPI:
+    """The fake vLLM server app: native routes, the plugin, the middleware; the engine starts with the app."""
+    llm = llm or fake.AsyncLLM(step_s=args.step_s)
+    plugin = VllmEndpointPlugin(load_api=fake_api)
+    # What the general plugin does in the engine-core process (plugin.general_plugin).
+    internals.install_request_counts(fake.EngineCore)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        llm.start()
+        await plugin.init_state(llm, app.state, args)
+        try:
+            yield
+        finally:
+            await llm.shutdown()
+
+    app = FastAPI(lifespan=lifespan)
+    app.state.engine_client = llm
+    _native_routes(app, llm, dev_mode)
+    _attach_endpoint_plugin(app, plugin)
+    keys = [k for k in (args.api_key or []) if k]
+    if keys:
+        app.add_middleware(_AuthenticationMiddleware, tokens=keys)
+    return app
+
+
+def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
+    @app.get("/health")
+    async def health() -> dict:
+        return {}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> JSONResponse:
+        """A minimal /v1/completions: ``prompt`` (text or token ids), ``max_tokens``; non-streaming."""
+        body = await request.json()
+        prompt = body.get("prompt", "")
+        prompt = {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
+        params = fake.SamplingParams(max_tokens=int(body.get("max_tokens", 16)), ignore_eos=bool(body.get("ignore_eos", False)))
+        request_id = f"cmpl-{uuid.uuid4().hex}-0"  # completion/serving.py names requests so
+        final = None
+        async for final in llm.generate(prompt, params, request_id):
+            pass
+        choice = final.outputs[0]
+        return JSONResponse(
+            {"id": request_id, "choices": [{"index": 0, "text": choice.text, "finish_reason": choice.finish_reason}],
+             "usage": {"completion_tokens": len(choice.token_ids)}}
+        )
+
+    if not dev_mode:
+        return
+
+    # vLLM's dev-mode RL routes with the contract's paths (entrypoints/rl/online/api_router.py).
+    @app.post("/pause")
+    async def pause(mode: str = "abort") -> JSONResponse:
+        await llm.pause_generation(mode=mode)
+        return JSONResponse({"status": "paused"})
+
+    @app.post("/resume")
+    async def resume() -> JSONResponse:
+        await llm.resume_generation()
+        return JSONResponse({"status": "resumed"})
+
+    @app.post("/abort_requests")
+    async def abort_requests(request: Request) -> JSONResponse:
+        body = await request.json()
+        ids = body.get("request_ids") or list(llm.output_processor.request_states)
+        await llm.abort(ids, internal=not body.get("request_ids"))
+        return JSONResponse({"status": "aborted", "aborted": len(ids)})  # ids requested, not aborted
+
+    @app.get("/is_paused")
+    async def is_paused() -> JSONResponse:
+        return JSONResponse({"is_paused": await llm.is_paused()})
+
+    @app.post("/update_weight_version")
+    async def update_weight_version(request: Request) -> JSONResponse:
+        new_version = (await request.json())["new_version"]
+        await llm.update_weight_version(new_version)
+        return JSONResponse({"success": True, "new_version": new_version})
+
+
+def _attach_endpoint_plugin(app: FastAPI, plugin: VllmEndpointPlugin) -> None:
+    """plugins/endpoint_plugins/interface.py:108-146: a plugin route replaces an earlier route
+    with the same path and method, in its place."""
+    existing = {id(route) for route in app.routes}
+    plugin.attach_router(app)
+    routes = []
+    for route in app.routes:
+        if id(route) in existing or not isinstance(route, APIRoute):
+            routes.append(route)
+            continue
+        insert_at = len(routes)
+        retained = []
+        for previous in routes:
+            if isinstance(previous, APIRoute) and previous.path == route.path and previous.methods & route.methods:
+                logger.info("Endpoint plugin overrides %s %s", ", ".join(sorted(previous.methods & route.methods)), route.path)
+                insert_at = min(insert_at, len(retained))
+                methods = previous.methods - route.methods
+                if not methods:
+                    continue
+                previous = copy(previous)
+                previous.methods = methods
+            retained.append(previous)
+        retained.insert(insert_at, route)
+        routes = retained
+    app.router.routes[:] = routes
+    app.openapi_schema = None
+    app.state.endpoint_plugins = [plugin]
+
+
+class _AuthenticationMiddleware:
+    """serve/middleware/authenticate.py: only paths under GUARDED_PREFIX need the key."""
+
+    def __init__(self, app, tokens: list[str]) -> None:
+        self.app = app
+        self.api_tokens = [hashlib.sha256(t.encode()).digest() for t in tokens]
+
+    def _verify(self, request_headers) -> bool:
+        scheme, _, param = (request_headers.get("authorization") or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(param.encode()).digest()
+        return any(secrets.compare_digest(digest, t) for t in self.api_tokens)
+
+    async def __call__(self, scope, receive, send) -> None:
+        from starlette.datastructures import Headers
+
+        if scope["type"] in ("http", "websocket") and scope.get("method") != "OPTIONS":
+            path = scope["path"].removeprefix(scope.get("root_path", ""))
+            if path.startswith(GUARDED_PREFIX) and not self._verify(Headers(scope=scope)):
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Run the fake vLLM server on loopback with uvicorn."""
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", action="append", default=None, help="vLLM's --api-key (repeatable)")
+    parser.add_argument("--api-server-count", type=int, default=None)
+    parser.add_argument("--step-s", type=float, default=0.003, help="seconds per decode step of the fake engine core")
+    parser.add_argument("--dev-mode", action="store_true", help="mount vLLM's dev-mode RL routes (VLLM_SERVER_DEV_MODE=1)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    uvicorn.run(create_app(args, dev_mode=args.dev_mode), host=args.host, port=args.port, log_level="warning")
