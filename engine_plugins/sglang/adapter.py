@@ -1,0 +1,193 @@
+"""The contract's seam over SGLang's TokenizerManager (one per TokenizerManager).
+
+Every call goes to the TokenizerManager the HTTP routes use, so the contract sees the same
+requests, pause gate and weight version as SGLang's own routes. File:line references are to
+SGLang 0.5.23 (``sglang/srt/managers/tokenizer_manager.py`` unless named).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator, Optional, Sequence
+
+from ..errors import ContractError
+from ..registry import InFlight
+from ..schema import SamplingParams, WeightVersionSpan
+from ..seam import Generation
+from .engine_api import SGLangApi
+from .tracking import Tracker
+
+logger = logging.getLogger(__name__)
+
+# SGLang's finish_reason dicts (schedule_batch.py:284-345) -> the contract's words.
+_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+class SGLangSeam:
+    """:class:`~engine_plugins.seam.EngineSeam` on one SGLang TokenizerManager.
+
+    Pause modes: ``keep`` is SGLang's ``in_place`` (the scheduler freezes, KV cache kept).
+    ``abort`` closes the TokenizerManager's pause gate only, so the control's abort of the
+    running requests comes back at once with every token (SGLang's own abort-mode pause polls
+    every second, 2267-2280). While paused ``in_place``, an abort of running requests first
+    turns the pause into ``retract``, since aborted running requests come back only once the
+    scheduler runs again; ``retract`` returns them now with their tokens, and the requests not
+    aborted are recomputed from their tokens after resume.
+    """
+
+    engine = "sglang"
+
+    def __init__(self, api: SGLangApi, tracker: Tracker) -> None:
+        self.api = api
+        self.tm = tracker.tm
+        self.tracker = tracker
+        self.registry = tracker.registry
+        self._scheduler_pause: Optional[str] = None  # "in_place" or "retract" while paused
+
+    def ready(self) -> bool:
+        """The seam exists only once SGLang has built its TokenizerManager."""
+        return True
+
+    def api_keys(self) -> list[str]:
+        """SGLang's ``--admin-api-key``, else its ``--api-key`` (its ADMIN_OPTIONAL rule)."""
+        return self.api.api_keys()
+
+    # --- generation ----------------------------------------------------------------------
+
+    def sampling_params(self, params: SamplingParams) -> dict:
+        """The contract's sampling params in SGLang's names.
+
+        ``seed`` is SGLang's ``sampling_seed``, which SGLang honours only when launched with
+        ``--enable-deterministic-inference`` (``sampling/sampling_batch_info.py:157-171``) and
+        otherwise ignores; a seed sent to a server that would ignore it is refused (400).
+        """
+        out = {
+            "max_new_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k,
+            "ignore_eos": params.ignore_eos,
+        }
+        if params.stop_token_ids:
+            out["stop_token_ids"] = list(params.stop_token_ids)
+        if params.seed is not None:
+            if not self.api.deterministic_inference():
+                raise ContractError(
+                    400,
+                    "sampling_params.seed: this SGLang server ignores seeds; "
+                    "launch it with --enable-deterministic-inference to use them",
+                )
+            out["sampling_seed"] = params.seed
+        return out
+
+    async def generate(self, rid: str, input_ids: list[int], params: SamplingParams) -> AsyncIterator[Generation]:
+        """Stream from SGLang and keep the last chunk: every token, even on abort.
+
+        ``stream=True`` because a non-stream request aborted from SGLang's waiting queue comes
+        back cut to a multiple of ``SGLANG_FORCE_STREAM_INTERVAL`` (50) tokens
+        (``scheduler_components/output_streamer.py:474-477``). Logprobs are SGLang's
+        ``output_token_logprobs``: temperature-scaled unless ``SGLANG_RETURN_ORIGINAL_LOGPROB``.
+        """
+        obj = self.api.GenerateReqInput(
+            input_ids=list(input_ids),
+            sampling_params=self.sampling_params(params),
+            rid=rid,
+            stream=True,
+            return_logprob=True,
+        )
+        incremental = bool(getattr(self.tm, "incremental_streaming_output", False))
+        out = Generation()
+        stream = self.tm.generate_request(obj, None)
+        try:
+            async for chunk in stream:
+                _apply_chunk(out, chunk, incremental)
+                yield out
+        finally:
+            await stream.aclose()
+
+    # --- abort -----------------------------------------------------------------------------
+
+    async def abort(self, entries: Sequence[InFlight]) -> None:
+        """Dispatched entries: SGLang's abort by rid. Held ones: ended by the tracker now.
+
+        SGLang's scheduler aborts every rid that *starts with* the one sent (scheduler.py:5675-5813).
+        Contract requests use fixed-length ids, so this is exact for them; a native request
+        whose caller-chosen rid is a prefix of another in-flight rid also aborts that one.
+        """
+        dispatched = [e for e in entries if e.dispatched]
+        if dispatched and self._scheduler_pause == "in_place":
+            await self.tm.pause_generation(self.api.PauseGenerationReqInput(mode="retract"))
+            self._scheduler_pause = "retract"
+        for entry in dispatched:
+            self._warn_prefix_collisions(entry.rid, entries)
+            self.tracker.abort_dispatched(entry.rid)
+        if len(dispatched) < len(entries):
+            self.tracker.wake_held()
+
+    def _warn_prefix_collisions(self, rid: str, entries: Sequence[InFlight]) -> None:
+        targeted = {e.rid for e in entries}
+        others = [r for r in list(self.tm.rid_to_state) if r != rid and r.startswith(rid) and r not in targeted]
+        if others:
+            logger.warning(
+                "engine_plugins: aborting rid %r also aborts %s: SGLang's scheduler matches rids by prefix", rid, others
+            )
+
+    # --- loads and weight version ------------------------------------------------------------
+
+    async def rank_loads(self) -> list[dict]:
+        """SGLang's ``/v1/loads`` figures per DP rank, every field kept (``v1_loads.py:96-150``)."""
+        return [load.to_dict(None) for load in await self.tm.get_loads()]
+
+    def weight_version(self) -> str:
+        """The version SGLang stamps on new tokens."""
+        return str(self.tm.config_value("weight_version"))
+
+    async def set_weight_version(self, version: str) -> None:
+        """SGLang's version update without its abort (``tokenizer_control_mixin.py:1065``)."""
+        await self.tm.update_weight_version(self.api.UpdateWeightVersionReqInput(new_version=version, abort_all_requests=False))
+
+    # --- pause -----------------------------------------------------------------------------
+
+    async def pause(self, mode: str) -> None:
+        """``keep``: SGLang's ``in_place`` pause. ``abort``: close the pause gate only."""
+        if mode == "keep":
+            if self._scheduler_pause is None:
+                await self.tm.pause_generation(self.api.PauseGenerationReqInput(mode="in_place"))
+                self._scheduler_pause = "in_place"
+            return
+        if self._scheduler_pause is not None:
+            # Coming from keep: the scheduler must run for the control's abort to return.
+            await self.tm.continue_generation(self.api.ContinueGenerationReqInput())
+            self._scheduler_pause = None
+        async with self.tm.is_pause_cond:
+            self.tm.is_pause = True
+
+    async def resume(self) -> None:
+        """SGLang's ``continue_generation``: opens the gate and restarts the scheduler."""
+        await self.tm.continue_generation(self.api.ContinueGenerationReqInput())
+        self._scheduler_pause = None
+
+
+def _apply_chunk(out: Generation, chunk: dict, incremental: bool) -> None:
+    """Fold one SGLang stream chunk into the cumulative snapshot *out*.
+
+    Token ids are read from ``output_token_logprobs`` entries ``(logprob, token_id, text)``, so
+    ids and logprobs always pair up. Non-incremental chunks hold every token so far; only the
+    new tail is copied (chunks share SGLang's lists, 2663-2667). With
+    ``--incremental-streaming-output`` chunks are deltas, except the abort answer built by
+    ``_handle_abort_req``, which holds all of them.
+    """
+    meta = chunk.get("meta_info", {})
+    logprobs = meta.get("output_token_logprobs") or []
+    # The abort answer has no "prompt_tokens" (3601-3606): cumulative in either mode.
+    cumulative = not incremental or "prompt_tokens" not in meta
+    new = logprobs[len(out.output_logprobs) :] if cumulative else logprobs
+    for item in new:
+        out.output_logprobs.append(float(item[0]))
+        out.output_ids.append(int(item[1]))
+    finish = meta.get("finish_reason")
+    if finish is not None:
+        kind = finish.get("type") if isinstance(finish, dict) else str(finish)
+        out.finish_reason = _FINISH.get(kind, "stop")
+        spans = meta.get("weight_versions") or []
+        out.weight_versions = [WeightVersionSpan(version=s["version"], start=s["start"], end=s["end"]) for s in spans]

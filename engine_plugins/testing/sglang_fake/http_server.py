@@ -1,0 +1,118 @@
+"""The fake ``sglang.srt.entrypoints.http_server``: a module-level app with SGLang's own routes.
+
+Like SGLang's, ``/v1/loads`` comes from an included router (``http_server.py:519-523``) and
+``/update_weight_version`` aborts every request unless told not to (1527-1556), so the plugin's
+route replacement and its fixes are exercised. Run ``python -m engine_plugins.testing.sglang_fake``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from .io_struct import ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
+
+
+@dataclass
+class _GlobalState:
+    tokenizer_manager: Any
+
+
+_global_state: Optional[_GlobalState] = None
+
+
+def set_global_state(state: _GlobalState) -> None:
+    """As SGLang's (233-235)."""
+    global _global_state
+    _global_state = state
+
+
+def get_global_state() -> Optional[_GlobalState]:
+    """As SGLang's (238-239): None until the server has set it."""
+    return _global_state
+
+
+app = FastAPI()
+v1_loads_router = APIRouter()
+
+
+@v1_loads_router.get("/v1/loads")
+async def get_loads() -> dict:
+    """SGLang's native loads (``v1_loads.py:96-150``), without the contract's fields."""
+    loads = await _global_state.tokenizer_manager.get_loads()
+    return {"version": "fake", "loads": [load.to_dict(None) for load in loads]}
+
+
+app.include_router(v1_loads_router)
+
+
+@app.get("/health")
+async def health() -> dict:
+    """Liveness."""
+    return {"status": "ok"}
+
+
+@app.api_route("/generate", methods=["POST", "PUT"])
+async def generate_request(request: Request) -> Any:
+    """SGLang's native /generate (927-1015): stream as SSE, or the final output."""
+    body = await request.json()
+    obj = GenerateReqInput(**body)
+    tm = _global_state.tokenizer_manager
+    if obj.stream:
+        async def chunks():
+            async for out in tm.generate_request(obj, request):
+                yield f"data: {json.dumps(out)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+    try:
+        return await tm.generate_request(obj, request).__anext__()
+    except ValueError as exc:
+        return JSONResponse({"error": {"message": str(exc)}}, status_code=400)
+
+
+@app.post("/update_weight_version")
+async def update_weight_version(request: Request) -> Any:
+    """SGLang's native route: aborts every request by default."""
+    obj = UpdateWeightVersionReqInput(**(await request.json()))
+    if obj.abort_all_requests:
+        _global_state.tokenizer_manager.abort_request(abort_all=True)
+    await _global_state.tokenizer_manager.update_weight_version(obj)
+    return {"success": True, "message": f"Weight version updated to {obj.new_version}", "new_version": obj.new_version}
+
+
+@app.post("/abort_request")
+async def abort_request(request: Request) -> Any:
+    """SGLang's native abort (1721-1731): a bare 200."""
+    body = await request.json()
+    _global_state.tokenizer_manager.abort_request(body.get("rid", ""), body.get("abort_all", False))
+    return JSONResponse({})
+
+
+@app.post("/pause_generation")
+async def pause_generation(request: Request) -> Any:
+    """SGLang's native pause (1831-1841)."""
+    await _global_state.tokenizer_manager.pause_generation(PauseGenerationReqInput(**(await request.json())))
+    return {"message": "Generation paused successfully.", "status": 200}
+
+
+@app.post("/continue_generation")
+async def continue_generation(request: Request) -> Any:
+    """SGLang's native continue (1844-1856)."""
+    await _global_state.tokenizer_manager.continue_generation(ContinueGenerationReqInput())
+    return {"message": "Generation continued successfully.", "status": 200}
+
+
+def launch_server(server_args: Any) -> None:
+    """As SGLang's (3125): build the TokenizerManager, set the global state, serve."""
+    import uvicorn
+
+    from .tokenizer_manager import TokenizerManager
+
+    tm = TokenizerManager(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference)
+    set_global_state(_GlobalState(tokenizer_manager=tm))
+    uvicorn.run(app, host=server_args.host, port=server_args.port, log_level="warning")

@@ -1,0 +1,68 @@
+"""The request objects of ``managers/io_struct.py`` that the plugin builds or reads."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+
+@dataclass
+class GenerateReqInput:
+    """``io_struct.py:177``: only the fields the fake serves; single requests only."""
+
+    rid: Optional[str] = None
+    text: Optional[str] = None
+    input_ids: Optional[list[int]] = None
+    sampling_params: dict = field(default_factory=dict)
+    return_logprob: bool = False
+    stream: bool = False
+
+    def normalize_batch_and_arguments(self) -> None:
+        """A missing rid becomes a uuid4 hex (io_struct normalisation)."""
+        if isinstance(self.rid, list) or isinstance(self.input_ids and self.input_ids[0], list):
+            raise ValueError("the SGLang fake serves single requests only")
+        if self.rid is None:
+            self.rid = uuid.uuid4().hex
+        if self.input_ids is None:
+            # The fake "tokenizer": one token per character, inside the tiny vocabulary.
+            self.input_ids = [3 + (ord(c) % 200) for c in (self.text or " ")]
+
+    @property
+    def is_single(self) -> bool:
+        """Batch requests are not faked."""
+        return True
+
+
+@dataclass
+class UpdateWeightVersionReqInput:
+    """``io_struct.py:2155-2159``: SGLang aborts every request unless told not to."""
+
+    new_version: str
+    abort_all_requests: bool = True
+    __struct_fields__ = ("new_version", "abort_all_requests")
+
+
+@dataclass
+class PauseGenerationReqInput:
+    """``io_struct.py:1927-1946``."""
+
+    mode: Literal["abort", "retract", "in_place"] = "abort"
+
+
+@dataclass
+class ContinueGenerationReqInput:
+    """``io_struct.py:1949-1955``."""
+
+    torch_empty_cache: bool = True
+
+
+@dataclass
+class AbortReq:
+    """``io_struct.py:2285-2296``: also the scheduler's echo for a request aborted while queued."""
+
+    rid: str = ""
+    abort_all: bool = False
+    finished_reason: Optional[dict] = None
+    abort_message: Optional[str] = None
+    weight_versions: Optional[list[Any]] = None

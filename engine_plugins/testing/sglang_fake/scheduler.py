@@ -1,0 +1,199 @@
+"""The scheduler side: a task that receives messages in order (as over SGLang's ZMQ socket)
+and sends outputs back to the TokenizerManager's handle loop.
+
+Follows ``managers/scheduler.py`` (0.5.23): ``event_loop_normal`` (2026-2055),
+``abort_request`` (5675-5813), ``pause_generation`` / ``continue_generation`` (5817-5954),
+``record_weight_version_change`` (5636-5656), and ``scheduler_components/output_streamer.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from .io_struct import AbortReq, ContinueGenerationReqInput, PauseGenerationReqInput
+
+# SGLANG_FORCE_STREAM_INTERVAL (environ.py:688): a non-stream request sends output every 50 tokens.
+FORCE_STREAM_INTERVAL = 50
+EOS_TOKEN_ID = 2
+
+
+def finish_abort() -> dict:
+    """``FINISH_ABORT().to_json()`` (schedule_batch.py:332-345)."""
+    return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
+@dataclass
+class Req:
+    """A request inside the scheduler."""
+
+    rid: str
+    input_ids: list[int]
+    sampling: dict
+    stream: bool
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    send_offset: int = 0
+    to_finish: Optional[dict] = None
+    finished_reason: Optional[dict] = None
+    version_events: list[tuple[str, int]] = field(default_factory=list)
+    rng: random.Random = field(default_factory=random.Random)
+
+
+@dataclass
+class TokenizedReq:
+    """What ``_send_one_request`` dispatches."""
+
+    rid: str
+    input_ids: list[int]
+    sampling: dict
+    stream: bool
+
+
+@dataclass
+class WeightVersionChange:
+    """The communicator call of ``update_weight_version``; ``done`` is the reply."""
+
+    new_version: str
+    done: asyncio.Future
+
+
+@dataclass
+class BatchOut:
+    """One request's output in a batch (``BatchTokenIDOutput`` item)."""
+
+    rid: str
+    new_ids: list[int]
+    new_logprobs: list[float]
+    finished_reason: Optional[dict]
+    completion_tokens: int
+    weight_versions: Optional[list[dict]]
+
+
+def compute_spans(events: list[tuple[str, int]], current: str, n: int) -> list[dict]:
+    """``utils/weight_versions.py:compute_weight_version_spans``."""
+    spans: list[dict] = []
+    for version, end in [*events, (current, n)]:
+        end = min(end, n)
+        if spans and end <= spans[-1]["end"]:
+            continue
+        if spans and version == spans[-1]["version"]:
+            spans[-1]["end"] = end
+            continue
+        spans.append({"version": version, "start": spans[-1]["end"] if spans else 0, "end": end})
+    return spans
+
+
+class FakeScheduler:
+    """Decodes one pseudo-random token per running request every ``step_s`` seconds."""
+
+    def __init__(self, send: Callable[[Any], None], step_s: float, deterministic: bool, vocab_size: int = 512) -> None:
+        self.send = send
+        self.step_s = step_s
+        self.deterministic = deterministic
+        self.vocab_size = vocab_size
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.waiting_queue: list[Req] = []
+        self.running: list[Req] = []
+        self.paused = False
+        self.weight_version = "default"
+        # The load snapshot (load_inquirer.py:109-140), written only while the loop runs.
+        self.snapshot = (0, 0)
+
+    async def run(self) -> None:
+        """``event_loop_normal``: ingest, skip everything else while paused, run a batch."""
+        while True:
+            if (self.paused or not (self.running or self.waiting_queue)) and self.inbox.empty():
+                self.snapshot = (len(self.running), len(self.waiting_queue)) if not self.paused else self.snapshot
+                self.handle(await self.inbox.get())
+            while not self.inbox.empty():
+                self.handle(self.inbox.get_nowait())
+            if self.paused:
+                continue  # scheduler.py:2034-2036: no forward pass, no snapshot update
+            self.running.extend(self.waiting_queue)
+            self.waiting_queue.clear()
+            self.snapshot = (len(self.running), 0)
+            if self.running:
+                await asyncio.sleep(self.step_s)
+                self.decode_step()
+
+    def handle(self, msg: Any) -> None:
+        """Dispatch one message from the TokenizerManager."""
+        if isinstance(msg, TokenizedReq):
+            seed = msg.sampling.get("sampling_seed")
+            if not self.deterministic or seed is None:
+                seed = zlib.crc32(msg.rid.encode())  # random per request: seeds are ignored
+            self.waiting_queue.append(Req(msg.rid, msg.input_ids, msg.sampling, msg.stream, rng=random.Random(seed)))
+        elif isinstance(msg, AbortReq):
+            self.abort_request(msg)
+        elif isinstance(msg, PauseGenerationReqInput):
+            self.pause_generation(msg)
+        elif isinstance(msg, ContinueGenerationReqInput):
+            self.paused = False
+        elif isinstance(msg, WeightVersionChange):
+            self.record_weight_version_change(msg.new_version)
+            msg.done.set_result(None)
+
+    def abort_request(self, recv: AbortReq) -> None:
+        """Prefix match (5688, 5800): queued requests answer at once, running ones next step."""
+        matches = lambda req: recv.abort_all or req.rid.startswith(recv.rid)
+        for req in [r for r in self.waiting_queue if matches(r)]:
+            self.waiting_queue.remove(req)
+            # _make_abort_req (6398-6409): the echo carries the request's spans.
+            spans = compute_spans(req.version_events, self.weight_version, len(req.output_ids))
+            self.send(AbortReq(rid=req.rid, finished_reason=recv.finished_reason, weight_versions=spans))
+        for req in self.running:
+            if req.finished_reason is None and matches(req):
+                req.to_finish = finish_abort()
+        # A rid the scheduler has never seen matches nothing: that abort is lost.
+
+    def pause_generation(self, recv: PauseGenerationReqInput) -> None:
+        """``in_place`` freezes everything; ``retract`` moves running requests back to waiting."""
+        self.paused = True
+        if recv.mode == "retract":
+            retracted = [r for r in self.running if r.finished_reason is None]
+            self.running = []
+            self.waiting_queue.extend(retracted)  # _add_request_to_queue; output_ids are kept
+
+    def record_weight_version_change(self, new_version: str) -> None:
+        """Record an event only on live requests that already have output tokens."""
+        if new_version == self.weight_version:
+            return
+        for req in [*self.running, *self.waiting_queue]:
+            if req.output_ids:
+                req.version_events.append((self.weight_version, len(req.output_ids)))
+        self.weight_version = new_version
+
+    def decode_step(self) -> None:
+        """One token for every running request; outputs as ``output_streamer.py`` sends them."""
+        for req in list(self.running):
+            if req.to_finish is not None:
+                req.finished_reason = req.to_finish
+            else:
+                token = req.rng.randrange(EOS_TOKEN_ID, self.vocab_size)
+                req.output_ids.append(token)
+                req.logprobs.append(-5.0 * req.rng.random())
+                max_new = req.sampling.get("max_new_tokens", 128)
+                stop_ids = set(req.sampling.get("stop_token_ids") or ())
+                if token in stop_ids or (token == EOS_TOKEN_ID and not req.sampling.get("ignore_eos")):
+                    req.finished_reason = {"type": "stop", "matched": token}
+                elif len(req.output_ids) >= max_new:
+                    req.finished_reason = {"type": "length", "length": max_new}
+            finished = req.finished_reason is not None
+            # output_streamer.py:455-477: stream every token; non-stream every 50, and at the end.
+            if finished or req.stream or len(req.output_ids) % FORCE_STREAM_INTERVAL == 0:
+                self._send_output(req)
+            if finished:
+                self.running.remove(req)
+
+    def _send_output(self, req: Req) -> None:
+        finished = req.finished_reason is not None
+        spans = compute_spans(req.version_events, self.weight_version, len(req.output_ids)) if finished else None
+        new_ids = req.output_ids[req.send_offset :]
+        new_lps = req.logprobs[req.send_offset :]
+        req.send_offset = len(req.output_ids)
+        if new_ids or finished:
+            self.send(BatchOut(req.rid, new_ids, new_lps, req.finished_reason, len(req.output_ids), spans))

@@ -1,0 +1,279 @@
+"""The TokenizerManager side, following ``managers/tokenizer_manager.py`` of SGLang 0.5.23.
+
+Method names, order of steps and data shapes are SGLang's, since the plugin wraps and calls
+them; line numbers are cited where the plugin depends on the behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any, AsyncIterator, Optional
+
+from .io_struct import AbortReq, ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
+from .scheduler import BatchOut, FakeScheduler, TokenizedReq, WeightVersionChange
+
+HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # constants.py:12
+
+
+@dataclasses.dataclass
+class ReqState:
+    """``ReqState`` (267-330): the fields the plugin and this fake use."""
+
+    out_list: list
+    finished: bool
+    event: asyncio.Event
+    obj: Any
+    dispatched: bool = False
+    abort_sent: bool = False
+    output_ids: list = dataclasses.field(default_factory=list)
+    output_token_logprobs: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class LoadSnapshot:
+    """``managers/load_snapshot.py``: one DP rank's figures; ``to_dict`` keeps every field."""
+
+    dp_rank: int
+    num_running_reqs: int
+    num_waiting_reqs: int
+    num_used_tokens: int = 0
+    max_total_num_tokens: int = 131072
+    queues: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self, include: Optional[set] = None) -> dict:
+        """As SGLang's: core keys plus the sections."""
+        out = dataclasses.asdict(self)
+        out["num_total_reqs"] = self.num_running_reqs + self.num_waiting_reqs
+        return out
+
+
+class TokenizerManager:
+    """Accepts requests, holds them at the pause gate, dispatches them to the scheduler task."""
+
+    def __init__(self, step_s: float = 0.002, tokenize_s: float = 0.0, deterministic: bool = True, context_len: int = 2048) -> None:
+        self.rid_to_state: dict[str, ReqState] = {}  # 710
+        self.is_pause = False  # 777-778
+        self.is_pause_cond = asyncio.Condition()
+        self.tokenize_s = tokenize_s
+        self.context_len = context_len
+        self.incremental_streaming_output = False
+        self._weight_version = "default"
+        self._recv: asyncio.Queue = asyncio.Queue()
+        self.scheduler = FakeScheduler(self._recv.put_nowait, step_s, deterministic)
+        self._tasks: list[asyncio.Task] = []
+
+    def auto_create_handle_loop(self) -> None:
+        """Start the handle loop (2440) and, here, the scheduler 'process', on first use."""
+        if not self._tasks:
+            loop = asyncio.get_running_loop()
+            self._tasks = [loop.create_task(self.scheduler.run()), loop.create_task(self.handle_loop())]
+
+    async def handle_loop(self) -> None:
+        """2465-2478: outputs and abort echoes from the scheduler, in order."""
+        while True:
+            msg = await self._recv.get()
+            if isinstance(msg, BatchOut):
+                self._handle_batch_output(msg)
+            elif isinstance(msg, AbortReq):
+                self._handle_abort_req(msg)
+
+    def _dispatch_to_scheduler(self, obj: Any) -> None:
+        """698: fire-and-forget send."""
+        self.scheduler.inbox.put_nowait(obj)
+
+    async def _async_dispatch_to_scheduler(self, obj: Any) -> None:
+        self._dispatch_to_scheduler(obj)
+
+    # --- the request path ----------------------------------------------------------------
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[dict]:
+        """895-967: state first, then the pause gate, then tokenize and dispatch."""
+        self.auto_create_handle_loop()
+        obj.normalize_batch_and_arguments()
+        self._init_req_state(obj, request)
+        request_states = {obj.rid: self.rid_to_state[obj.rid]}
+        try:
+            async with self.is_pause_cond:  # 938-939
+                await self.is_pause_cond.wait_for(lambda: not self.is_pause)
+            if self.tokenize_s:
+                await asyncio.sleep(self.tokenize_s)  # _tokenize_one_request is awaited
+            self._validate_one_request(obj)
+            await self._send_one_request(obj)
+            async for response in self._wait_one_response(obj, request):
+                yield response
+        except BaseException:
+            self._release_req_states_on_failure(request_states)  # 957-967
+            raise
+
+    def _init_req_state(self, obj: GenerateReqInput, request: Any = None) -> None:
+        """3798-3848: a duplicate rid is a ValueError; states are added with ``update``."""
+        if obj.rid in self.rid_to_state:
+            raise ValueError(f"Duplicate request ID detected: {obj.rid}")
+        self.rid_to_state.update({obj.rid: ReqState([], False, asyncio.Event(), obj)})
+
+    def _validate_one_request(self, obj: GenerateReqInput) -> None:
+        """Requests past the context length are refused (a 400 at the HTTP layer)."""
+        max_new = obj.sampling_params.get("max_new_tokens", 128)
+        if len(obj.input_ids) + max_new > self.context_len:
+            raise ValueError(f"Requested token count exceeds the model's maximum context length of {self.context_len}")
+        unknown = set(obj.sampling_params) - {"max_new_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop_token_ids", "sampling_seed"}
+        if unknown:
+            raise ValueError(f"Unexpected keyword argument {sorted(unknown)[0]!r}")
+
+    async def _send_one_request(self, obj: GenerateReqInput) -> None:
+        """1769-1800: await the transports, then dispatch and mark dispatched, with no await between."""
+        await asyncio.sleep(0)
+        self._dispatch_to_scheduler(TokenizedReq(obj.rid, list(obj.input_ids), dict(obj.sampling_params), obj.stream))
+        self._mark_state_dispatched(obj.rid)
+
+    def _mark_state_dispatched(self, rid: str) -> None:
+        """1802-1810."""
+        state = self.rid_to_state.get(rid)
+        if state is not None:
+            state.dispatched = True
+
+    async def _wait_one_response(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[dict]:
+        """1946-2072: drain ``out_list``, keep the last; non-stream yields only the final output."""
+        state = self.rid_to_state[obj.rid]
+        while True:
+            await state.event.wait()
+            out_list, state.out_list = state.out_list, []
+            finished = state.finished
+            state.event.clear()
+            out = out_list[-1]
+            if finished:
+                reason = out["meta_info"].get("finish_reason")
+                if isinstance(reason, dict) and reason.get("type") == "abort":
+                    status = reason.get("status_code")  # _handle_abort_finish_reason (1891-1922)
+                    if status is not None and 400 <= status < 600 and not obj.stream:
+                        raise ValueError(reason["message"])
+                yield out
+                break
+            if obj.stream:
+                yield out
+
+    def _release_req_states_on_failure(self, request_states: dict) -> None:
+        """3850-3874: undispatched states are dropped; dispatched ones are aborted and kept."""
+        for rid, state in request_states.items():
+            if self.rid_to_state.get(rid) is not state:
+                continue
+            if state.dispatched:
+                self.abort_request(rid)
+            else:
+                del self.rid_to_state[rid]
+
+    def _handle_batch_output(self, out: BatchOut) -> None:
+        """2480-2798: accumulate, build the chunk, delete the state when finished."""
+        state = self.rid_to_state.get(out.rid)
+        if state is None:
+            return
+        meta_info = {
+            "id": out.rid,
+            "finish_reason": out.finished_reason,
+            "prompt_tokens": len(state.obj.input_ids),
+            "weight_version": self._weight_version,
+            "completion_tokens": out.completion_tokens,
+            "cached_tokens": 0,
+        }
+        state.output_ids.extend(out.new_ids)
+        if state.obj.return_logprob:
+            state.output_token_logprobs.extend((lp, t, None) for lp, t in zip(out.new_logprobs, out.new_ids))
+            meta_info["output_token_logprobs"] = state.output_token_logprobs  # shared, cumulative
+        if out.weight_versions is not None:
+            _add_weight_versions(meta_info, out.weight_versions, out.completion_tokens)
+        state.finished = out.finished_reason is not None
+        if state.obj.stream:
+            # Non-incremental: intermediate chunks share the state's list (2663-2667).
+            ids = state.output_ids.copy() if state.finished else state.output_ids
+            chunk: Optional[dict] = {"text": None if not state.finished else "", "output_ids": ids, "meta_info": meta_info}
+        else:
+            chunk = {"text": "", "output_ids": state.output_ids.copy(), "meta_info": meta_info} if state.finished else None
+        if state.finished:
+            del self.rid_to_state[out.rid]  # 2774
+        if chunk is not None:
+            state.out_list.append(chunk)
+            state.event.set()
+
+    def _handle_abort_req(self, recv: AbortReq) -> None:
+        """3577-3643: a request aborted in the scheduler's waiting queue; built from accumulated state."""
+        state = self.rid_to_state.get(recv.rid)
+        if state is None:
+            return
+        state.finished = True
+        finish_reason = recv.finished_reason or {"type": "abort", "message": recv.abort_message or "Abort in waiting queue"}
+        meta_info: dict[str, Any] = {"id": recv.rid, "finish_reason": finish_reason, "weight_version": self._weight_version, "e2e_latency": 0.0}
+        if recv.weight_versions is not None:
+            _add_weight_versions(meta_info, recv.weight_versions, len(state.output_ids))
+        if state.obj.return_logprob:
+            meta_info["output_token_logprobs"] = state.output_token_logprobs
+        meta_info["completion_tokens"] = len(state.output_ids)
+        out = {"text": "", "output_ids": state.output_ids, "meta_info": meta_info}
+        del self.rid_to_state[recv.rid]
+        state.out_list.append(out)
+        state.event.set()
+
+    # --- control ---------------------------------------------------------------------------
+
+    def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
+        """2241-2265: fire-and-forget; an unknown rid sends nothing; ``abort_sent`` sends once."""
+        if not abort_all and not rid:
+            return
+        state = None if abort_all else self.rid_to_state.get(rid)
+        if not abort_all:
+            if state is None:
+                return
+            if state.abort_sent:
+                return
+            state.abort_sent = True
+        self._dispatch_to_scheduler(AbortReq(rid=rid, abort_all=abort_all))
+
+    async def pause_generation(self, obj: PauseGenerationReqInput) -> None:
+        """2267-2280: close the gate; forward in_place/retract; abort mode polls every second."""
+        self.auto_create_handle_loop()
+        async with self.is_pause_cond:
+            self.is_pause = True
+            if obj.mode != "abort":
+                await self._async_dispatch_to_scheduler(obj)
+            else:
+                while True:
+                    self.abort_request(abort_all=True)
+                    if not any(s.dispatched for s in self.rid_to_state.values()):
+                        break
+                    await asyncio.sleep(1.0)
+
+    async def continue_generation(self, obj: ContinueGenerationReqInput) -> None:
+        """2282-2286."""
+        self.auto_create_handle_loop()
+        async with self.is_pause_cond:
+            self.is_pause = False
+            await self._async_dispatch_to_scheduler(obj)
+            self.is_pause_cond.notify_all()
+
+    async def update_weight_version(self, obj: UpdateWeightVersionReqInput) -> None:
+        """control mixin 1065-1079: the scheduler records the change, then the version is set."""
+        self.auto_create_handle_loop()
+        done = asyncio.get_running_loop().create_future()
+        self._dispatch_to_scheduler(WeightVersionChange(obj.new_version, done))
+        await done
+        self._weight_version = obj.new_version
+
+    async def get_loads(self, include: Any = None, dp_rank: Optional[int] = None) -> list[LoadSnapshot]:
+        """control mixin 1001-1029: the scheduler's last snapshot (frozen while paused)."""
+        self.auto_create_handle_loop()
+        running, waiting = self.scheduler.snapshot
+        return [LoadSnapshot(0, running, waiting, queues={"waiting": waiting, "paused": 0})]
+
+    def config_value(self, name: str) -> Any:
+        """2333-2337; only the weight version is faked."""
+        if name != "weight_version":
+            raise KeyError(name)
+        return self._weight_version
+
+
+def _add_weight_versions(meta_info: dict, spans: list[dict], num_output_tokens: int) -> None:
+    """``utils/weight_versions.py:add_weight_versions_to_meta_info``."""
+    visible = [s for s in spans if s["start"] < num_output_tokens or s["start"] == 0]
+    meta_info["weight_versions"] = [{**s, "end": min(s["end"], num_output_tokens)} for s in visible]
+    if visible:
+        meta_info["weight_version"] = visible[-1]["version"]

@@ -1,0 +1,64 @@
+"""SGLang contract targets.
+
+- ``sglang-stub``: the REAL SGLang plugin code installed on a fake of SGLang 0.5.23's
+  TokenizerManager and scheduler (``engine_plugins.testing.sglang_fake``), served by uvicorn in
+  a subprocess. Fast; needs no SGLang.
+- ``sglang``: a real SGLang 0.5.23 server (``python -m sglang.launch_server``) on the CPU with the
+  tiny random model; the plugin is found by SGLang's own ``load_plugins()`` through the editable
+  install in ``.engines/sglang``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator, Optional
+
+from targets import API_KEY, REPO, Target, _tail, free_port, wait_healthy
+
+
+@contextlib.contextmanager
+def sglang_fake_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
+    """The SGLang fake with the plugin, in its own process on loopback."""
+    port = free_port()
+    log = tmp_dir / f"sglang-fake-{port}.log"
+    cmd = [sys.executable, "-m", "engine_plugins.testing.sglang_fake", "--port", str(port), "--api-key", api_key, *args]
+    proc_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_PLUGINS_")}
+    proc_env.update(env or {})
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=proc_env, cwd=REPO)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, 30, log)
+        yield Target(name="sglang-stub", url=url, api_key=api_key, long_tokens=1500, log_tail=lambda: _tail(log, 200))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# Flags for the real server: seeds are honoured only with deterministic inference.
+SGLANG_ARGS = ("--enable-deterministic-inference",)
+
+
+@contextlib.contextmanager
+def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS, env: Optional[dict] = None) -> Iterator[Target]:
+    """A real SGLang 0.5.23 server with the plugin, built and reused by ``ensure_engine``."""
+    from engine_plugins.testing.engine_server import EngineServer, ensure_engine
+
+    ensure_engine("sglang", REPO)
+    server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=list(extra_args), env=env, log_path=tmp_dir / "sglang.log")
+    with server:
+        yield Target(name="sglang", url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_tail(400))
+
+
+TARGETS = {
+    "sglang-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005"),
+    "sglang": lambda tmp: sglang_real_server(tmp),
+}
