@@ -1,0 +1,93 @@
+"""Fixtures for the client tests: stub fleets, native fakes, and servers that fail, hang or hang up."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from .fakes import FakeEngine, failing_app, sglang_app, vllm_dev_app
+from .servers import raw_socket_server, serve_app, stub_process
+
+KEY = "client-test-key"
+
+
+@pytest.fixture(scope="module")
+def stub_fleet(tmp_path_factory):
+    """Three stub engines (own processes, uvicorn on loopback) sharing one API key."""
+    tmp = tmp_path_factory.mktemp("fleet")
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(stub_process(tmp, "--step-s", "0.004", api_key=KEY)) for _ in range(3)]
+
+
+@pytest.fixture
+def slow_release_stub(tmp_path):
+    """A stub whose aborted requests take 30 s to release: waiting for idle must time out."""
+    with stub_process(tmp_path, "--step-s", "0.004", "--release-delay-s", "30", api_key=KEY) as stub:
+        yield stub
+
+
+@pytest.fixture
+def failing_url():
+    """A server answering 500 to everything."""
+    with serve_app(failing_app()) as url:
+        yield url
+
+
+@pytest.fixture
+def hanging_url():
+    """A server that accepts connections and never answers."""
+    with raw_socket_server(hang_up=False) as url:
+        yield url
+
+
+@pytest.fixture
+def hang_up_url():
+    """A server that reads each request and closes the connection without answering."""
+    with raw_socket_server(hang_up=True) as url:
+        yield url
+
+
+@pytest.fixture
+def unreachable_url():
+    """A loopback port nobody listens on."""
+    from targets import free_port
+
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture
+def fake_sglang():
+    """SGLang 0.5.23's own routes (no plugin): (url, engine)."""
+    engine = FakeEngine()
+    with serve_app(sglang_app(engine)) as url:
+        yield url, engine
+
+
+@pytest.fixture
+def fake_sglang_legacy():
+    """An older SGLang with /get_load instead of /v1/loads: (url, engine)."""
+    engine = FakeEngine()
+    with serve_app(sglang_app(engine, legacy_loads=True)) as url:
+        yield url, engine
+
+
+@pytest.fixture
+def fake_vllm():
+    """vLLM 0.32 with VLLM_SERVER_DEV_MODE=1 and no plugin: (url, engine)."""
+    engine = FakeEngine()
+    with serve_app(vllm_dev_app(engine)) as url:
+        yield url, engine
+
+
+@pytest.fixture
+def fake_vllm_no_dev():
+    """vLLM 0.32 without dev mode and without the plugin: no control routes."""
+    engine = FakeEngine()
+    with serve_app(vllm_dev_app(engine, dev_mode=False)) as url:
+        yield url
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
