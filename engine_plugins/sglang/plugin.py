@@ -111,22 +111,24 @@ def _refuse_multi_tokenizer(api: SGLangApi) -> None:
 
 
 def _log_startup(api: SGLangApi, stack: PluginStack, report: MountReport) -> None:
-    """Log what was mounted; SGLang configures logging only later, so make sure it is seen."""
+    """Log what was mounted. SGLang configures logging only later (``configure_logger``), so
+    until then the lines go through a handler of their own, at INFO."""
     lines = [f"engine_plugins: SGLang {api.version}: contract mounted; settings {describe(stack.settings)}", *report.lines()]
-    root = logging.getLogger()
-    if root.handlers:
+    if logger.isEnabledFor(logging.INFO) and logging.getLogger().handlers:
         for line in lines:
             logger.info("%s", line)
         return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%Y-%m-%d %H:%M:%S"))
-    level = logger.level
+    level, propagate = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    logger.propagate = False
     try:
         for line in lines:
             logger.info("%s", line)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        logger.propagate = propagate
 

@@ -7,7 +7,7 @@ finished or aborted by the scheduler (2774, 3638), or dropped before dispatch
 itself: a dict subclass adds an entry when a state is created and releases it when the state
 is deleted, whichever route (``/generate``, ``/v1/completions``, the contract's) made it.
 
-Two wrappers on the TokenizerManager class complete the fence:
+Wrappers on the TokenizerManager class complete the fence:
 
 - ``_mark_state_dispatched`` (1802) marks the entry dispatched, and re-sends the abort of an
   entry aborted while it was held: SGLang's own abort of a rid the scheduler has not seen yet
@@ -17,6 +17,8 @@ Two wrappers on the TokenizerManager class complete the fence:
   gets the answer SGLang gives for a request aborted in its waiting queue (3596-3640): no tokens,
   ``finish_reason {"type": "abort"}``. Without this, an abort-all during a pause returns only
   after resume.
+- ``abort_request`` (2241), SGLang's own abort (``POST /abort_request``, ``abort_all`` too), marks
+  the held requests it covers aborted, so they end as above instead of running after resume.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class Tracker:
         self.registry = InFlightRegistry()
         self.health_check_prefix = health_check_prefix
         self._held_aborted = asyncio.Event()
+        self._abort_mode_pauses = 0
         tm.rid_to_state = TrackedStates(tm.rid_to_state, self)
 
     def state_created(self, rid: str, state: Any) -> None:
@@ -122,6 +125,22 @@ class Tracker:
         if state is not None:
             state.abort_sent = False
         self.tm.abort_request(rid)
+
+    def native_abort(self, rid: str, abort_all: bool) -> None:
+        """SGLang's own ``abort_request`` (e.g. ``POST /abort_request``) reaches held requests too.
+
+        Held requests it covers, by SGLang's prefix rule, are marked aborted and ended now; its
+        ``AbortReq`` alone would reach a scheduler that has not seen them and be lost. Not during
+        SGLang's own abort-mode pause, whose repeated abort-all (2272-2279) must leave requests
+        arriving at the gate waiting for ``continue_generation``, as SGLang does.
+        """
+        if self._abort_mode_pauses or (not abort_all and not rid):
+            return
+        held = [e for e in self.registry.select(None) if not e.dispatched and (abort_all or e.rid.startswith(rid))]
+        for entry in held:
+            entry.aborted = True
+        if held:
+            self.wake_held()
 
     def wake_held(self) -> None:
         """Tell the requests held before the scheduler that some of them were aborted."""
@@ -205,11 +224,13 @@ def tracker_for(tm: Any, health_check_prefix: str = "HEALTH_CHECK") -> Tracker:
 
 
 def patch_tokenizer_manager(cls: type, health_check_prefix: str, on_tracker: Callable[[Tracker], None] = lambda t: None) -> bool:
-    """Wrap *cls*'s request entry and dispatch mark; False if it was already done (a second load)."""
+    """Wrap *cls*'s request entry, dispatch mark, abort and pause; False if already done (a second load)."""
     if cls.__dict__.get(_PATCHED_ATTR):
         return False
     original_generate = cls.generate_request
     original_mark = cls._mark_state_dispatched
+    original_abort = cls.abort_request
+    original_pause = cls.pause_generation
 
     def generate_request(self: Any, obj: Any, request: Any = None) -> AsyncIterator[dict]:
         tracker = tracker_for(self, health_check_prefix)
@@ -220,10 +241,26 @@ def patch_tokenizer_manager(cls: type, health_check_prefix: str, on_tracker: Cal
         original_mark(self, rid)
         tracker_for(self, health_check_prefix).dispatched(rid)
 
-    generate_request.__doc__ = original_generate.__doc__
-    generate_request.__wrapped__ = original_generate  # type: ignore[attr-defined]
-    _mark_state_dispatched.__wrapped__ = original_mark  # type: ignore[attr-defined]
-    cls.generate_request = generate_request
-    cls._mark_state_dispatched = _mark_state_dispatched
+    def abort_request(self: Any, rid: str = "", abort_all: bool = False) -> Any:
+        tracker_for(self, health_check_prefix).native_abort(rid, abort_all)
+        return original_abort(self, rid, abort_all)
+
+    async def pause_generation(self: Any, obj: Any) -> Any:
+        tracker = tracker_for(self, health_check_prefix)
+        abort_mode = getattr(obj, "mode", None) == "abort"
+        tracker._abort_mode_pauses += abort_mode
+        try:
+            return await original_pause(self, obj)
+        finally:
+            tracker._abort_mode_pauses -= abort_mode
+
+    for wrapper, original in (
+        (generate_request, original_generate),
+        (_mark_state_dispatched, original_mark),
+        (abort_request, original_abort),
+        (pause_generation, original_pause),
+    ):
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(cls, original.__name__, wrapper)
     setattr(cls, _PATCHED_ATTR, True)
     return True

@@ -170,6 +170,35 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def _paths_in_use(paths: set[str]) -> set[str]:
+    """The subset of `paths` that some running process has open or memory-mapped."""
+    if not paths:
+        return set()
+    in_use: set[str] = set()
+    try:
+        pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if target in paths:
+                    in_use.add(target)
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    if "/dev/shm/" in line:
+                        target = line.split(maxsplit=5)[-1].strip()
+                        if target in paths:
+                            in_use.add(target)
+        except OSError:
+            continue  # exited while we looked, or not ours to read
+    return in_use
+
+
 # Servers still running when the interpreter exits (a fixture that never reached stop()).
 _running: "weakref.WeakSet[EngineServer]" = weakref.WeakSet()
 
@@ -293,6 +322,12 @@ class EngineServer:
             env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; the default would take a large share of RAM
             # An allowlist for every vLLM plugin group: endpoint plugins load only when named.
             env["VLLM_PLUGINS"] = "engine_plugins"
+        else:
+            # A group SIGTERM reaches the scheduler first; the main process then takes its
+            # crash path, which sleeps 5 s before py-spy / CUDA coredump diagnostics that
+            # cannot run here. Without them, stop() takes well under a second.
+            env["SGLANG_PYSPY_DUMP_BEFORE_CRASH"] = "0"
+            env["SGLANG_CUDA_COREDUMP_BEFORE_CRASH"] = "0"
         env.update(self.env)
         if self.engine == "sglang":
             # The shim goes first; a PYTHONPATH passed in `env` is kept after it.
@@ -404,10 +439,15 @@ class EngineServer:
             pass
 
     def _remove_own_shm_files(self) -> None:
-        """Deletes the SGLang load files that appeared after this server started."""
+        """Deletes the SGLang load files that appeared after this server started.
+
+        A file another live process still holds open belongs to another SGLang server started
+        meanwhile (the names carry no pid), so it is left alone.
+        """
         if self.engine != "sglang":
             return
-        for path in set(glob.glob(SGLANG_SHM_GLOB)) - self._shm_before:
+        new_files = set(glob.glob(SGLANG_SHM_GLOB)) - self._shm_before
+        for path in new_files - _paths_in_use(new_files):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -18,12 +18,19 @@ async def wait_until(what: str, check: Callable[[], Awaitable[bool]], deadline_s
         await asyncio.sleep(0.01)
 
 
-async def wait_in_flight(server, n: int) -> None:
-    """Until the contract server holds at least *n* requests, all dispatched."""
+async def wait_in_flight(server, n: int, tasks=(), running: bool = True) -> None:
+    """Until the contract server holds at least *n* requests (all dispatched, with *running*).
+
+    If one of *tasks* (the generations) ends first, fail at once with what it returned.
+    """
 
     async def check() -> bool:
+        for task in tasks:
+            if task.done():
+                raise AssertionError(f"setup: a generation ended before {n} were in flight: "
+                                     f"{task.exception() or str(task.result())[:300]}")
         load = await server.loads()
-        return load.in_flight >= n and load.running >= n
+        return load.in_flight >= n and (load.running >= n or not running)
 
     await wait_until(f"{n} requests in flight on {server.url}", check)
 

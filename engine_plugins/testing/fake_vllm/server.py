@@ -78,6 +78,10 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
     async def health() -> dict:
         return {}
 
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "fake-vllm", "object": "model"}]}
+
     @app.post("/v1/completions")
     async def completions(request: Request) -> JSONResponse:
         """A minimal /v1/completions: ``prompt`` (text or token ids), ``max_tokens``; non-streaming."""
@@ -85,7 +89,8 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
         prompt = body.get("prompt", "")
         prompt = {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
         params = fake.SamplingParams(max_tokens=int(body.get("max_tokens", 16)), ignore_eos=bool(body.get("ignore_eos", False)))
-        request_id = f"cmpl-{uuid.uuid4().hex}-0"  # completion/serving.py names requests so
+        # completion/serving.py:141,177: cmpl-<X-Request-Id or random>-<prompt index>.
+        request_id = f"cmpl-{request.headers.get('X-Request-Id') or uuid.uuid4().hex}-0"
         final = None
         async for final in llm.generate(prompt, params, request_id):
             pass
