@@ -85,6 +85,10 @@ assert set(_PARSERS) == {f.name for f in fields(Settings)}
 
 ENV_VARS: tuple[str, ...] = tuple(var for var, _ in _PARSERS.values())
 
+# Read by the set-up scripts and test tooling, not by the plugins; known here so that setting
+# them is not mistaken for a typo.
+TOOLING_VARS: tuple[str, ...] = ("ENGINE_PLUGINS_ENGINES_DIR", "ENGINE_PLUGINS_PYTHON")
+
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read every ``ENGINE_PLUGINS_*`` variable from *environ* (default ``os.environ``).
@@ -94,7 +98,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     otherwise be ignored silently).
     """
     environ = os.environ if environ is None else environ
-    unknown = sorted(k for k in environ if k.startswith("ENGINE_PLUGINS_") and k not in ENV_VARS)
+    unknown = sorted(k for k in environ if k.startswith("ENGINE_PLUGINS_") and k not in ENV_VARS + TOOLING_VARS)
     if unknown:
         raise ConfigError(f"unknown variable {unknown[0]}: known ones are {', '.join(ENV_VARS)}")
     values = {}

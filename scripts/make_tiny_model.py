@@ -103,6 +103,7 @@ def make_tiny_model(out_dir: Path) -> Path:
             return out_dir
         # Build beside the target and rename, so a crash never leaves a half-made model at OUTDIR.
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+        staging.chmod(0o755)  # mkdtemp makes it owner-only; the model is not a secret
         try:
             build_model_dir(staging)
             (staging / MARKER).write_text(f"{RECIPE_VERSION}\n")

@@ -191,7 +191,8 @@ setup_engine() {
   [[ -f "$(requirements_file "$engine")" ]] || die "missing $(requirements_file "$engine")"
   [[ $engine == sglang ]] && write_sglang_shim
   want=$(base_stamp "$engine")
-  if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]]; then
+  # The stamp alone is not enough if the base interpreter under the venv went away.
+  if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]] && "$venv/bin/python" -c '' 2>/dev/null; then
     log "$engine: venv $venv is current"
   else
     check_disk "$engine"

@@ -68,6 +68,7 @@ class SamplingParams:
     seed: Optional[int] = None
     logprobs: Optional[int] = None
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    detokenize: bool = True
     n: int = 1
 
     def __post_init__(self) -> None:
