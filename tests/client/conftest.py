@@ -12,7 +12,7 @@ from .servers import raw_socket_server, serve_app, stub_process
 KEY = "client-test-key"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stub_fleet(tmp_path_factory):
     """Three stub engines (own processes, uvicorn on loopback) sharing one API key."""
     tmp = tmp_path_factory.mktemp("fleet")
@@ -91,3 +91,21 @@ def fake_vllm_no_dev():
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The real dev-mode vLLM test belongs to the ``vllm`` target: a run narrowed with ``--target``
+    to other targets (e.g. ``--target stub``) leaves it out, as it leaves out the vLLM target."""
+    chosen = config.getoption("target")
+    if not chosen or "vllm" in chosen:
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("native_vllm") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "native_vllm: drives a real vLLM without the plugin (belongs to the vllm target)")
