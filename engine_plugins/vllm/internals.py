@@ -117,14 +117,19 @@ def _has_path(obj: Any, path: str) -> bool:
 # --- wrapping the engine client's entry points (per instance, undone by restore) ------------
 
 
-def wrap_entry_points(engine: Any, generate: Callable, add_request_async: Callable) -> Callable[[], None]:
-    """Replace ``engine.generate`` and ``engine.engine_core.add_request_async`` on these instances.
+def wrap_entry_points(
+    engine: Any, generate: Callable, add_request_async: Callable, version_set: Callable[[str], None]
+) -> Callable[[], None]:
+    """Replace ``engine.generate``, ``engine.update_weight_version`` and
+    ``engine.engine_core.add_request_async`` on these instances.
 
     Every serving handler calls ``self.engine_client.generate(...)`` (e.g.
     entrypoints/openai/completion/serving.py:203), and ``AsyncLLM._add_request`` sends each
     request to the engine core through ``self.engine_core.add_request_async`` (async_llm.py:575),
     so instance attributes see every request. *generate* and *add_request_async* receive the
-    originals as their first argument. Returns a function that restores the originals.
+    originals as their first argument. *version_set* learns every version set through the
+    engine client, by any route (``finish_weight_update`` calls ``self.update_weight_version``,
+    async_llm.py:1351-1355). Returns a function that restores the originals.
     """
     original_generate = engine.generate
     core = engine.engine_core
@@ -136,11 +141,19 @@ def wrap_entry_points(engine: Any, generate: Callable, add_request_async: Callab
     async def tracked_add(request: Any) -> None:
         await add_request_async(original_add, request)
 
+    original_update = engine.update_weight_version
+
+    async def tracked_update(new_version: str) -> None:
+        await original_update(new_version)
+        version_set(new_version)
+
     engine.generate = tracked_generate
+    engine.update_weight_version = tracked_update
     core.add_request_async = tracked_add
 
     def restore() -> None:
         del engine.generate
+        del engine.update_weight_version
         del core.add_request_async
 
     return restore

@@ -57,7 +57,9 @@ class VllmSeam:
 
     def install(self) -> None:
         """Start tracking every request of this engine client."""
-        self._restore = internals.wrap_entry_points(self._llm, self._tracked_generate, self._tracked_add)
+        self._restore = internals.wrap_entry_points(
+            self._llm, self._tracked_generate, self._tracked_add, self._version_set
+        )
 
     def uninstall(self) -> None:
         """Stop tracking (tests)."""
@@ -140,6 +142,8 @@ class VllmSeam:
             ignore_eos=params.ignore_eos,
             seed=params.seed,
             logprobs=0,  # the sampled token's logprob only (sampling_params.py:339-346)
+            # Token ids in, token ids out: no per-step detokenizing in the API process (375).
+            detokenize=False,
             output_kind=self._api.final_only,
         )
 
@@ -170,20 +174,20 @@ class VllmSeam:
     async def rank_loads(self) -> list[dict]:
         """Exact running and waiting counts from each engine core's scheduler."""
         counts = await internals.request_counts(self._llm)
-        # Other routes (vLLM's /finish_weight_update, say) may set the version too.
-        self._version = await self._llm.get_weight_version()
         return [
             {"dp_rank": rank, "num_running_reqs": running, "num_waiting_reqs": waiting}
             for rank, (running, waiting) in enumerate(counts)
         ]
 
     def weight_version(self) -> str:
-        """The version the engine core stamps on new tokens (kept in step by :meth:`set_weight_version`)."""
+        """The version the engine core stamps on new tokens, as last set through this engine client."""
         return self._version
 
     async def set_weight_version(self, version: str) -> None:
         """``AsyncLLM.update_weight_version``: later tokens carry *version*; nothing is aborted."""
         await self._llm.update_weight_version(version)
+
+    def _version_set(self, version: str) -> None:
         self._version = version
 
     async def pause(self, mode: str) -> None:

@@ -1,0 +1,43 @@
+"""Startup on vLLM: --api-server-count > 1 is refused with a clear message, and where vLLM's
+dev-mode RL routes exist (VLLM_SERVER_DEV_MODE=1) the log says which ones the contract replaces.
+
+One server start shows both: routes are attached in build_app, before init_state refuses."""
+
+import subprocess
+import sys
+
+import pytest
+
+from targets import API_KEY, REPO, free_port
+
+pytestmark = pytest.mark.targets("vllm", "vllm-stub")
+
+REFUSAL = "--api-server-count 2 is not supported"
+REPLACED = [f"the contract's {m} {p} replaces vLLM's own route" for m, p in
+            [("POST", "/abort_requests"), ("POST", "/pause"), ("POST", "/resume"), ("GET", "/is_paused"), ("POST", "/update_weight_version")]]
+
+
+def _start_refused_real(tmp_path) -> str:
+    from engine_plugins.testing.engine_server import EngineServer, EngineStartError
+
+    server = EngineServer("vllm", REPO, api_key=API_KEY, log_path=tmp_path / "refused.log",
+                          env={"VLLM_PLUGINS": "engine_plugins", "VLLM_SERVER_DEV_MODE": "1"},
+                          extra_args=["--api-server-count", "2"])
+    with pytest.raises(EngineStartError):
+        server.start()  # stops the process tree before raising
+    return server.log_path.read_text(errors="replace")
+
+
+def _start_refused_fake(tmp_path) -> str:
+    cmd = [sys.executable, "-m", "engine_plugins.testing.fake_vllm", "--port", str(free_port()),
+           "--api-key", API_KEY, "--api-server-count", "2", "--dev-mode"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    return done.stdout + done.stderr
+
+
+def test_api_server_count_above_one_is_refused_and_replaced_dev_routes_are_logged(target, tmp_path):
+    log = _start_refused_real(tmp_path) if target.name == "vllm" else _start_refused_fake(tmp_path)
+    assert REFUSAL in log and "Run with --api-server-count 1" in log, log[-3000:]
+    for line in REPLACED:
+        assert line in log, f"{line!r} not logged:\n{log[-3000:]}"
