@@ -33,6 +33,8 @@ class Target:
     long_tokens: int
     """``max_new_tokens`` long enough that a request cannot finish while a test arranges things."""
     log_tail: Callable[[], str] = lambda: ""
+    honours_seed: bool = True
+    """False where the engine cannot honour ``seed`` and the plugin refuses it (README: exceptions)."""
 
 
 def free_port() -> int:

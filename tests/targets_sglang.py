@@ -56,7 +56,7 @@ def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS,
     ensure_engine("sglang", REPO)
     server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=list(extra_args), env=env, log_path=tmp_dir / "sglang.log")
     with server:
-        yield Target(name="sglang", url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"))
+        yield Target(name="sglang", url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False)
 
 
 TARGETS = {

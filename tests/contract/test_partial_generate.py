@@ -29,11 +29,16 @@ async def test_request_id_is_chosen_when_absent(target):
     assert first["request_id"] and second["request_id"] and first["request_id"] != second["request_id"]
 
 
-async def test_same_seed_gives_same_tokens(target):
+async def test_a_seed_is_honoured_or_refused_never_ignored(target):
     async with Api(target) as api:
-        a = await api.generate(16, seed=1234, temperature=1.0)
-        b = await api.generate(16, seed=1234, temperature=1.0)
-    assert a["output_ids"] == b["output_ids"]
+        if target.honours_seed:
+            a = await api.generate(16, seed=1234, temperature=1.0)
+            b = await api.generate(16, seed=1234, temperature=1.0)
+            assert a["output_ids"] == b["output_ids"]
+        else:
+            refused = await api.post("/partial_generate", {"input_ids": [1, 2], "sampling_params": {"seed": 1234}})
+            assert refused.status_code == 400
+            assert "sampling_params.seed" in refused.json()["error"]["message"]
 
 
 async def test_a_request_id_already_in_flight_is_a_conflict(target):
