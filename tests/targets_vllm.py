@@ -43,7 +43,8 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
     # Long requests (4000 tokens, about 7 s alone on these CPUs) so that none can finish while a
     # test arranges its situation: clients and the loads poll were seen to stall for seconds.
     extra_args = ("--max-model-len", "4096", *extra_args)
-    server_env = {"VLLM_PLUGINS": "engine_plugins", **(env or {})}
+    # The tiny model declares 2048 positions; with random weights, longer sequences are as good.
+    server_env = {"VLLM_PLUGINS": "engine_plugins", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", **(env or {})}
     with EngineServer("vllm", REPO, api_key=api_key, env=server_env, extra_args=extra_args,
                       log_path=tmp_dir / "vllm.log") as server:
         yield Target(name="vllm", url=server.url, api_key=api_key, long_tokens=4000, log_tail=lambda: server.log_tail(80))
