@@ -63,27 +63,56 @@ def _tail(log: Optional[Path], n: int = 60) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
 
 
+@dataclass
+class ServerProcess:
+    """A server started by :func:`module_server`."""
+
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def log_tail(self, n: int = 200) -> str:
+        return _tail(self.log, n)
+
+    def kill(self) -> None:
+        """Kill it at once (a server disappearing mid-call)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @contextlib.contextmanager
-def stub_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
-    """The stub engine served by uvicorn in its own process, on loopback."""
+def module_server(tmp_dir: Path, module: str, *args: str, env: Optional[dict] = None, startup_s: float = 30) -> Iterator[ServerProcess]:
+    """``python -m module --port P *args`` in its own process on loopback; always stopped.
+
+    The server gets this environment without any ``ENGINE_PLUGINS_*`` variable, plus *env*.
+    """
     port = free_port()
-    log = tmp_dir / f"stub-{port}.log"
-    cmd = [sys.executable, "-m", "engine_plugins.stub", "--port", str(port), "--api-key", api_key, *args]
+    log = tmp_dir / f"{module.rsplit('.', 1)[-1]}-{port}.log"
+    cmd = [sys.executable, "-m", module, "--port", str(port), *args]
     proc_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_PLUGINS_")}
     proc_env.update(env or {})
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=proc_env)
-    url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=proc_env, cwd=REPO)
+    server = ServerProcess(f"http://127.0.0.1:{port}", proc, log)
     try:
-        wait_healthy(url, proc, 30, log)
-        yield Target(name="stub", url=url, api_key=api_key, long_tokens=1500, log_tail=lambda: _tail(log))
+        wait_healthy(server.url, proc, startup_s, log)
+        yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
+def stub_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
+    """The stub engine served by uvicorn in its own process, on loopback."""
+    with module_server(tmp_dir, "engine_plugins.stub", "--api-key", api_key, *args, env=env) as server:
+        yield Target(name="stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
 
 
 TARGETS: dict[str, Callable[[Path], ContextManager[Target]]] = {

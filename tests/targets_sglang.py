@@ -11,36 +11,17 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
-from targets import API_KEY, REPO, Target, _tail, free_port, wait_healthy
+from targets import API_KEY, REPO, Target, module_server
 
 
 @contextlib.contextmanager
 def sglang_fake_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
     """The SGLang fake with the plugin, in its own process on loopback."""
-    port = free_port()
-    log = tmp_dir / f"sglang-fake-{port}.log"
-    cmd = [sys.executable, "-m", "engine_plugins.testing.sglang_fake", "--port", str(port), "--api-key", api_key, *args]
-    proc_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_PLUGINS_")}
-    proc_env.update(env or {})
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=proc_env, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, 30, log)
-        yield Target(name="sglang-stub", url=url, api_key=api_key, long_tokens=1500, log_tail=lambda: _tail(log, 200))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with module_server(tmp_dir, "engine_plugins.testing.sglang_fake", "--api-key", api_key, *args, env=env) as server:
+        yield Target(name="sglang-stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
 
 
 # Extra flags for the real server. Seeds would need --enable-deterministic-inference, which SGLang

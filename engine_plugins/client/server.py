@@ -13,7 +13,6 @@ import httpx
 
 from .contract_ops import ContractOps
 from .detect import Detection, Flavor, detect
-from .errors import ServerError
 from .loads import Load
 from .polling import Backoff, Deadline
 from .results import AbortOutcome, PauseOutcome, Progress, VersionOutcome, no_progress

@@ -8,7 +8,7 @@ SGLang 0.5.23 (``sglang/srt/managers/tokenizer_manager.py`` unless named).
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator, Optional, Sequence
+from typing import AsyncIterator, Optional, Sequence
 
 from ..errors import ContractError
 from ..registry import InFlight

@@ -4,61 +4,25 @@ apps served by uvicorn in a thread, and sockets that hang or hang up."""
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
 import uvicorn
 
-from targets import REPO, free_port, wait_healthy
+from targets import ServerProcess, free_port, module_server
 
 STARTUP_S = 30.0
 
 
-@dataclass
-class StubProcess:
-    """A stub engine (``python -m engine_plugins.stub``) in its own process."""
-
-    url: str
-    proc: subprocess.Popen
-    log: Path
-
-    def kill(self) -> None:
-        """Kill it at once (a server disappearing)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @contextlib.contextmanager
-def stub_process(tmp_dir: Path, *args: str, api_key: Optional[str] = None) -> Iterator[StubProcess]:
-    """A stub engine on a free loopback port; always stopped."""
-    port = free_port()
-    log = tmp_dir / f"stub-{port}.log"
-    cmd = [sys.executable, "-m", "engine_plugins.stub", "--port", str(port), *args]
-    if api_key:
-        cmd += ["--api-key", api_key]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_PLUGINS_")}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, STARTUP_S, log)
-        yield StubProcess(url, proc, log)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+def stub_process(tmp_dir: Path, *args: str, api_key: Optional[str] = None) -> Iterator[ServerProcess]:
+    """A stub engine on a free loopback port; always stopped (``.proc.kill()`` makes it disappear)."""
+    key_args = ("--api-key", api_key) if api_key else ()
+    with module_server(tmp_dir, "engine_plugins.stub", *key_args, *args, startup_s=STARTUP_S) as server:
+        yield server
 
 
 @contextlib.contextmanager
