@@ -1,6 +1,6 @@
 """Writes a tiny random-weight Llama model directory for the real-engine tests.
 
-    python scripts/make_tiny_model.py [OUTDIR]      (default: .engines/tiny-llama in the checkout)
+    python scripts/make_tiny_model.py [OUTDIR] [--size small|wide]   (default: .engines/tiny-llama, small)
 
 No model can be downloaded here, and both engines serve one with `--load-format dummy` (random
 weights) from only `config.json` and tokenizer files. This script makes those: a byte-level BPE
@@ -40,15 +40,25 @@ def default_out_dir() -> Path:
     return Path(__file__).resolve().parent.parent / ".engines" / "tiny-llama"
 
 
-def is_complete(out_dir: Path) -> bool:
-    """True if `out_dir` holds a model made by this recipe version (all files, marker last)."""
+def is_complete(out_dir: Path, size: str = "small") -> bool:
+    """True if `out_dir` holds a model made by this recipe version and size (all files, marker last)."""
     marker = out_dir / MARKER
-    if not marker.is_file() or marker.read_text().strip() != str(RECIPE_VERSION):
+    if not marker.is_file() or marker.read_text().strip() != f"{RECIPE_VERSION}-{size}":
         return False
     return all((out_dir / name).is_file() for name in REQUIRED_FILES)
 
 
-def build_model_dir(target: Path) -> None:
+# head_dim 64 in both: vLLM's CPU attention supports it, not 16.
+SIZES = {
+    # SGLang's CPU path (torch_native attention) takes about 3.5 ms a decode step with this one.
+    "small": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1),
+    # vLLM generated 2,000 tokens of the small one in about a second, shorter than the stalls a
+    # test client sees on two busy cores; this one takes about 5 ms a step there (10 s).
+    "wide": dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2),
+}
+
+
+def build_model_dir(target: Path, size: str = "small") -> None:
     """Writes the tokenizer files and `config.json` into the existing empty directory `target`."""
     # Imported here so `--help` and the completeness check work without the engine venv.
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -76,14 +86,7 @@ def build_model_dir(target: Path) -> None:
 
     config = LlamaConfig(
         vocab_size=512,  # above the tokenizer's ~300: room for the engines' padding rules
-        # Wide enough that a decode step takes a few milliseconds: with the first model (hidden
-        # 128, 2 layers) vLLM generated 2,000 tokens in about a second, shorter than the stalls
-        # a test client sees on two busy cores, so tests could not catch requests in flight.
-        hidden_size=512,
-        intermediate_size=1024,
-        num_hidden_layers=4,
-        num_attention_heads=8,  # head_dim 64: vLLM's CPU attention supports it, not 16
-        num_key_value_heads=2,
+        **SIZES[size],
         max_position_embeddings=2048,
         bos_token_id=1,
         eos_token_id=2,
@@ -93,23 +96,23 @@ def build_model_dir(target: Path) -> None:
     config.save_pretrained(str(target))
 
 
-def make_tiny_model(out_dir: Path) -> Path:
+def make_tiny_model(out_dir: Path, size: str = "small") -> Path:
     """Makes the model directory at `out_dir` unless a complete one is there; returns its path."""
     out_dir = out_dir.resolve()
-    if is_complete(out_dir):
+    if is_complete(out_dir, size):
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     # Two test sessions may ask at once: the second waits, then finds the model complete.
     with open(out_dir.parent / f".{out_dir.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if is_complete(out_dir):
+        if is_complete(out_dir, size):
             return out_dir
         # Build beside the target and rename, so a crash never leaves a half-made model at OUTDIR.
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
         staging.chmod(0o755)  # mkdtemp makes it owner-only; the model is not a secret
         try:
-            build_model_dir(staging)
-            (staging / MARKER).write_text(f"{RECIPE_VERSION}\n")
+            build_model_dir(staging, size)
+            (staging / MARKER).write_text(f"{RECIPE_VERSION}-{size}\n")
             if out_dir.exists():
                 shutil.rmtree(out_dir)
             staging.rename(out_dir)
@@ -123,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     """Command line entry: makes the model directory and prints its path and config summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", nargs="?", type=Path, default=default_out_dir())
+    parser.add_argument("--size", choices=sorted(SIZES), default="small", help="small (SGLang) or wide (vLLM)")
     args = parser.parse_args(argv)
-    existed = is_complete(args.out_dir.resolve())
-    out_dir = make_tiny_model(args.out_dir)
+    existed = is_complete(args.out_dir.resolve(), args.size)
+    out_dir = make_tiny_model(args.out_dir, args.size)
     config = json.loads((out_dir / "config.json").read_text())
     state = "already complete" if existed else "written"
     print(

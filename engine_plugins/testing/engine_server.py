@@ -70,6 +70,11 @@ def engines_dir(repo_root: Path) -> Path:
     return Path(override) if override else Path(repo_root) / ".engines"
 
 
+# Each engine's tiny model (folder under .engines/, size in scripts/make_tiny_model.py): vLLM's
+# is wider, since the small one decodes too fast there for a test to catch requests in flight.
+MODELS = {"sglang": ("tiny-llama", "small"), "vllm": ("tiny-llama-wide", "wide")}
+
+
 def engine_paths(engine: Engine, repo_root: Path) -> EnginePaths:
     """Paths for `engine` under this checkout, without checking that they exist."""
     if engine not in ENGINES:
@@ -80,7 +85,7 @@ def engine_paths(engine: Engine, repo_root: Path) -> EnginePaths:
         engine=engine,
         venv=venv,
         python=venv / "bin" / "python",
-        model_dir=base / "tiny-llama",
+        model_dir=base / MODELS[engine][0],
         shim_dir=base / "sglang-shim" if engine == "sglang" else None,
     )
 
@@ -98,7 +103,7 @@ def ensure_engine(engine: Engine, repo_root: Path, *, timeout: float = SETUP_TIM
     log_dir.mkdir(parents=True, exist_ok=True)
     steps = [
         ("setup", ["bash", str(repo_root / "scripts" / "setup-engines.sh"), engine]),
-        ("model", [str(paths.python), str(repo_root / "scripts" / "make_tiny_model.py"), str(paths.model_dir)]),
+        ("model", [str(paths.python), str(repo_root / "scripts" / "make_tiny_model.py"), str(paths.model_dir), "--size", MODELS[engine][1]]),
     ]
     for name, command in steps:
         log_path = log_dir / f"{name}-{engine}.log"
