@@ -29,6 +29,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("target", chosen, indirect=True, scope="session")
 
 
+# A test against a real engine on a shared two-core machine sometimes cannot arrange its
+# situation (the requests finish before all of them are seen in flight): it then fails its setup
+# with "setup: ..." (contract/api.py), never its behaviour. Only such failures are run again.
+REAL_TARGETS = {"sglang", "vllm"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("target") in REAL_TARGETS:
+            item.add_marker(pytest.mark.flaky(reruns=2, only_rerun=["setup: "]))
+
+
 @pytest.fixture(scope="session")
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
     """A running server for the named target, started once per session and always stopped."""
