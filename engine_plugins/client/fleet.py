@@ -16,7 +16,7 @@ from .errors import ServerError
 from .polling import Deadline
 from .results import Progress, no_progress
 from .server import ServerClient
-from .transport import make_http_client
+from .transport import HttpClientOwner
 
 # After the overall deadline, servers get this long to hand in what they have before being cut.
 GRACE_S = 0.5
@@ -74,26 +74,14 @@ class FleetResult:
                 "servers": [r.to_dict() for r in self.results]}
 
 
-class Fleet:
+class Fleet(HttpClientOwner):
     """Many servers behind one API: ``async with Fleet(urls, api_key=...) as fleet: ...``."""
 
     def __init__(self, urls: Sequence[str], api_key: Optional[str] = None, http: Optional[httpx.AsyncClient] = None) -> None:
         if not urls:
             raise ValueError("a fleet needs at least one URL")
-        self._own_http = http is None
-        self.http = http or make_http_client(api_key)
+        super().__init__(api_key, http)
         self.servers = [ServerClient(url, http=self.http) for url in urls]
-
-    async def __aenter__(self) -> "Fleet":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the shared HTTP client if the fleet made it."""
-        if self._own_http:
-            await self.http.aclose()
 
     async def run(
         self, operation: str, call: Callable[[ServerClient, Deadline], Awaitable[Any]], timeout_s: float

@@ -17,14 +17,14 @@ from .loads import Load
 from .polling import Backoff, Deadline
 from .results import AbortOutcome, PauseOutcome, Progress, VersionOutcome, no_progress
 from .sglang_ops import SGLangOps
-from .transport import DEFAULT_TIMEOUT_S, Transport, make_http_client
+from .transport import DEFAULT_TIMEOUT_S, HttpClientOwner, Transport
 from .vllm_ops import VLLMOps
 
 Ops = Union[ContractOps, SGLangOps, VLLMOps]
 DETECT_TIMEOUT_S = 10.0
 
 
-class ServerClient:
+class ServerClient(HttpClientOwner):
     """One server. ``async with ServerClient(url, api_key=...) as server: await server.loads()``.
 
     *http*: an httpx client to share (a fleet shares one); otherwise the server makes and closes
@@ -32,23 +32,11 @@ class ServerClient:
     """
 
     def __init__(self, url: str, api_key: Optional[str] = None, http: Optional[httpx.AsyncClient] = None) -> None:
-        self._own_http = http is None
-        self.http = http or make_http_client(api_key)
+        super().__init__(api_key, http)
         self.transport = Transport(url, self.http)
         self.url = self.transport.url
         self._detection: Optional[Detection] = None
         self._ops: Optional[Ops] = None
-
-    async def __aenter__(self) -> "ServerClient":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this server made it."""
-        if self._own_http:
-            await self.http.aclose()
 
     async def detection(self, timeout_s: float = DETECT_TIMEOUT_S) -> Detection:
         """Which API the server speaks (detected once, then remembered)."""

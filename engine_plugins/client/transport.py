@@ -29,6 +29,26 @@ def make_http_client(api_key: Optional[str] = None, max_connections: int = 256) 
     )
 
 
+class HttpClientOwner:
+    """Async-context lifecycle shared by the server and fleet clients: an httpx client passed in
+    is shared and left open; one made here (with *api_key*) is closed by :meth:`aclose`."""
+
+    def __init__(self, api_key: Optional[str], http: Optional[httpx.AsyncClient]) -> None:
+        self._own_http = http is None
+        self.http = http or make_http_client(api_key)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object made it."""
+        if self._own_http:
+            await self.http.aclose()
+
+
 class Transport:
     """JSON over HTTP to one base URL (which may carry a route prefix, e.g. ``http://h:p/rl``)."""
 
