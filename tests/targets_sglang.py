@@ -32,7 +32,7 @@ SGLANG_ARGS: tuple[str, ...] = ()
 @contextlib.contextmanager
 def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS, env: Optional[dict] = None) -> Iterator[Target]:
     """A real SGLang 0.5.23 server with the plugin, built and reused by ``ensure_engine``."""
-    from engine_plugins.testing.engine_server import EngineServer, ensure_engine
+    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
     ensure_engine("sglang", REPO)
     server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=list(extra_args), env=env, log_path=tmp_dir / "sglang.log")

@@ -19,7 +19,7 @@ def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY) -> Itera
 @contextlib.contextmanager
 def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, api_key: str = API_KEY) -> Iterator[Target]:
     """A real vLLM 0.32 (CPU) OpenAI server with VLLM_PLUGINS=engine_plugins and --api-key."""
-    from engine_plugins.testing.engine_server import EngineServer, ensure_engine
+    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
     ensure_engine("vllm", REPO)
     server_env = {"VLLM_PLUGINS": "engine_plugins", **(env or {})}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_plugins.testing.engine_server import ensure_engine
+from engine_plugins.launcher.engine_server import ensure_engine
 from targets import REPO
 
 PATCHES = sorted((REPO / "patches").glob("*.patch"))

@@ -49,7 +49,7 @@ def run(args, api_key: Optional[str]) -> int:
 
 
 def _on_real_engine(args, api_key: Optional[str]) -> dict:
-    from ..testing.engine_server import EngineServer, EngineSetupError, EngineStartError, ensure_engine
+    from ..launcher.engine_server import EngineServer, EngineSetupError, EngineStartError, ensure_engine
 
     root = repo_root()
     key = api_key or secrets.token_hex(12)

@@ -127,7 +127,7 @@ def test_doctor_reports_a_bad_variable_and_a_disabled_plugin(capsys, monkeypatch
 @pytest.mark.real
 def test_doctor_in_the_vllm_environment_finds_it_enabled():
     """Runs doctor with the real vLLM virtualenv's Python (made by scripts/setup-engines.sh)."""
-    from engine_plugins.testing.engine_server import ensure_engine
+    from engine_plugins.launcher.engine_server import ensure_engine
 
     paths = ensure_engine("vllm", REPO)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGINE_PLUGINS_", "VLLM_", "PYTHON"))}

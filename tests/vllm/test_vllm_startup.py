@@ -18,7 +18,7 @@ REPLACED = [f"the contract's {m} {p} replaces vLLM's own route" for m, p in
 
 
 def _start_refused_real(tmp_path) -> str:
-    from engine_plugins.testing.engine_server import EngineServer, EngineStartError
+    from engine_plugins.launcher.engine_server import EngineServer, EngineStartError
 
     server = EngineServer("vllm", REPO, api_key=API_KEY, log_path=tmp_path / "refused.log",
                           env={"VLLM_PLUGINS": "engine_plugins", "VLLM_SERVER_DEV_MODE": "1"},
