@@ -15,6 +15,7 @@ Typical fixture::
 from __future__ import annotations
 
 import atexit
+import functools
 import glob
 import os
 import signal
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
 import httpx
+
+from . import cpu
 
 Engine = Literal["vllm", "sglang"]
 ENGINES: tuple[str, ...] = ("vllm", "sglang")
@@ -236,6 +239,7 @@ class EngineServer:
         model_dir: Path | None = None,
         health_timeout: float = HEALTH_TIMEOUT_S,
         stop_grace: float = STOP_GRACE_S,
+        cpu_profile: str | None = None,
     ) -> None:
         """Describes the server; nothing runs until ``start()``.
 
@@ -243,6 +247,7 @@ class EngineServer:
         environment. `extra_args` go after the standard flags, so they can override them.
         `log_path` None writes to ``<engines dir>/logs/<engine>-<time>-<port>.log``.
         `model_dir` None serves the tiny model made by ``make_tiny_model.py``.
+        `cpu_profile` names a :mod:`engine_plugins.launcher.cpu` profile (None: the selected one).
         """
         self.engine = engine
         self.repo_root = Path(repo_root).resolve()
@@ -254,6 +259,7 @@ class EngineServer:
         self.model_dir = Path(model_dir) if model_dir is not None else self.paths.model_dir
         self.health_timeout = health_timeout
         self.stop_grace = stop_grace
+        self.cpu_profile_name, self.cpu_profile = cpu.selected_profile(cpu_profile)
         if log_path is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             log_path = engines_dir(self.repo_root) / "logs" / f"{engine}-{stamp}-{self.port}.log"
@@ -333,6 +339,7 @@ class EngineServer:
             # cannot run here. Without them, stop() takes well under a second.
             env["SGLANG_PYSPY_DUMP_BEFORE_CRASH"] = "0"
             env["SGLANG_CUDA_COREDUMP_BEFORE_CRASH"] = "0"
+        env.update(self.cpu_profile.environment(self.engine))
         env.update(self.env)
         if self.engine == "sglang":
             # The shim goes first; a PYTHONPATH passed in `env` is kept after it.
@@ -361,6 +368,8 @@ class EngineServer:
         started = time.monotonic()
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(self.command())}\n".encode())
+            log.write(f"[EngineServer] CPU profile {self.cpu_profile_name}: {self.cpu_profile.environment(self.engine)} "
+                      f"niceness {self.cpu_profile.niceness}\n".encode())
             log.flush()
             # Own session: SIGTERM/SIGKILL reach the whole tree (API server, engine core, workers,
             # scheduler, detokenizer) through the process group, and a Ctrl-C in the test
@@ -371,7 +380,7 @@ class EngineServer:
             self.process = subprocess.Popen(
                 self.command(), cwd=self.repo_root, env=self.environment(),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_lower_priority,
+                start_new_session=True, preexec_fn=functools.partial(os.nice, self.cpu_profile.niceness),
             )
         _running.add(self)
         try:
@@ -486,10 +495,3 @@ class EngineServer:
         pid = self.process.pid if self.process else None
         return f"EngineServer({self.engine!r}, url={self.url!r}, pid={pid})"
 
-
-SERVER_NICENESS = 10
-
-
-def _lower_priority() -> None:
-    """Run in the server's child process before exec: lower its CPU priority."""
-    os.nice(SERVER_NICENESS)
