@@ -20,6 +20,7 @@ from typing import Callable, ContextManager, Iterator, Optional
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
 API_KEY = "contract-suite-key"
 
 
@@ -81,19 +82,25 @@ class ServerProcess:
             self.proc.wait()
 
 
+def server_env(env: Optional[dict] = None) -> dict:
+    """The environment of a server the tests start: this one without any ``ENGINE_PLUGINS_*``
+    variable, with ``tests/`` on ``PYTHONPATH`` (the fakes are ``fakes.sglang`` and
+    ``fakes.vllm``), plus *env*."""
+    out = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_PLUGINS_")}
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), out.get("PYTHONPATH", "")) if p)
+    out.update(env or {})
+    return out
+
+
 @contextlib.contextmanager
 def module_server(tmp_dir: Path, module: str, *args: str, env: Optional[dict] = None, startup_s: float = 30) -> Iterator[ServerProcess]:
-    """``python -m module --port P *args`` in its own process on loopback; always stopped.
-
-    The server gets this environment without any ``ENGINE_PLUGINS_*`` variable, plus *env*.
-    """
+    """``python -m module --port P *args`` in its own process on loopback, in
+    :func:`server_env`; always stopped."""
     port = free_port()
     log = tmp_dir / f"{module.rsplit('.', 1)[-1]}-{port}.log"
     cmd = [sys.executable, "-m", module, "--port", str(port), *args]
-    proc_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_PLUGINS_")}
-    proc_env.update(env or {})
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=proc_env, cwd=REPO)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env(env), cwd=REPO)
     server = ServerProcess(f"http://127.0.0.1:{port}", proc, log)
     try:
         wait_healthy(server.url, proc, startup_s, log)

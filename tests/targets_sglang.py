@@ -1,7 +1,7 @@
 """SGLang contract targets.
 
 - ``sglang-stub``: the REAL SGLang plugin code installed on a fake of SGLang 0.5.23's
-  TokenizerManager and scheduler (``engine_plugins.testing.sglang_fake``), served by uvicorn in
+  TokenizerManager and scheduler (``fakes.sglang``), served by uvicorn in
   a subprocess. Fast; needs no SGLang.
 - ``sglang``: a real SGLang 0.5.23 server (``python -m sglang.launch_server``) on the CPU with the
   tiny random model; the plugin is found by SGLang's own ``load_plugins()`` through the editable
@@ -20,7 +20,7 @@ from targets import API_KEY, REPO, Target, module_server
 @contextlib.contextmanager
 def sglang_fake_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
     """The SGLang fake with the plugin, in its own process on loopback."""
-    with module_server(tmp_dir, "engine_plugins.testing.sglang_fake", "--api-key", api_key, *args, env=env) as server:
+    with module_server(tmp_dir, "fakes.sglang", "--api-key", api_key, *args, env=env) as server:
         yield Target(name="sglang-stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
 
 

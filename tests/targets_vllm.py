@@ -12,7 +12,7 @@ from targets import API_KEY, REPO, Target, module_server
 @contextlib.contextmanager
 def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY) -> Iterator[Target]:
     """The fake AsyncLLM with the real plugin, served by uvicorn in its own process."""
-    with module_server(tmp_dir, "engine_plugins.testing.fake_vllm", "--api-key", api_key, *args) as server:
+    with module_server(tmp_dir, "fakes.vllm", "--api-key", api_key, *args) as server:
         yield Target(name="vllm-stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
 
 

@@ -12,7 +12,7 @@ from engine_plugins.sglang import plugin
 from engine_plugins.sglang.adapter import SGLangSeam
 from engine_plugins.sglang.engine_api import check_api
 from engine_plugins.sglang.routes import mount
-from engine_plugins.testing.sglang_fake.api import fake_api
+from fakes.sglang.api import fake_api
 
 
 def sglang_like_app() -> FastAPI:

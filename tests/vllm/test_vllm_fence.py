@@ -7,8 +7,8 @@ import pytest
 
 from engine_plugins.control import RolloutControl
 from engine_plugins.schema import SamplingParams
-from engine_plugins.testing.fake_vllm import engine as fake
-from engine_plugins.testing.fake_vllm.server import fake_api
+from fakes.vllm import engine as fake
+from fakes.vllm.server import fake_api
 from engine_plugins.vllm import internals
 from engine_plugins.vllm.seam import VllmSeam
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from targets import API_KEY, REPO, free_port
+from targets import API_KEY, REPO, free_port, server_env
 
 pytestmark = pytest.mark.targets("vllm", "vllm-stub")
 
@@ -29,9 +29,9 @@ def _start_refused_real(tmp_path) -> str:
 
 
 def _start_refused_fake(tmp_path) -> str:
-    cmd = [sys.executable, "-m", "engine_plugins.testing.fake_vllm", "--port", str(free_port()),
+    cmd = [sys.executable, "-m", "fakes.vllm", "--port", str(free_port()),
            "--api-key", API_KEY, "--api-server-count", "2", "--dev-mode"]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(cmd, cwd=REPO, env=server_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     return done.stdout + done.stderr
 

@@ -2,7 +2,7 @@
 
 Like SGLang's, ``/v1/loads`` comes from an included router (``http_server.py:519-523``) and
 ``/update_weight_version`` aborts every request unless told not to (1527-1556), so the plugin's
-route replacement and its fixes are exercised. Run ``python -m engine_plugins.testing.sglang_fake``.
+route replacement and its fixes are exercised. Run ``python -m fakes.sglang``.
 """
 
 from __future__ import annotations

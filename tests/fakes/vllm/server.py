@@ -1,6 +1,6 @@
 """Serve the fake ``AsyncLLM`` the way vLLM 0.32's OpenAI server does, with the REAL plugin.
 
-``python -m engine_plugins.testing.fake_vllm --port P --api-key K [--dev-mode]``
+``python -m fakes.vllm --port P --api-key K [--dev-mode]``
 
 The app is built in vLLM's order (entrypoints/launchers/app.py:19-56): native routes, then the
 endpoint plugin's ``attach_router`` with vLLM's replacement rule
@@ -26,9 +26,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from ...vllm import internals
-from ...vllm.internals import VllmApi
-from ...vllm.plugin import VllmEndpointPlugin
+from engine_plugins.vllm import internals
+from engine_plugins.vllm.internals import VllmApi
+from engine_plugins.vllm.plugin import VllmEndpointPlugin
 from . import engine as fake
 
 GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")

@@ -1,4 +1,4 @@
-"""Serve the SGLang fake with the real SGLang plugin: ``python -m engine_plugins.testing.sglang_fake``.
+"""Serve the SGLang fake with the real SGLang plugin: ``python -m fakes.sglang``.
 
 The order is SGLang's: plugins load first (``launch_server.py:79``), then ``launch_server``.
 """
@@ -9,7 +9,7 @@ import argparse
 import logging
 from types import SimpleNamespace
 
-from ...sglang.plugin import install
+from engine_plugins.sglang.plugin import install
 from . import http_server
 from .api import fake_api
 

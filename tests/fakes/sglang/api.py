@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ...sglang.engine_api import SGLangApi, check_api
+from engine_plugins.sglang.engine_api import SGLangApi, check_api
 from . import http_server
 from .io_struct import ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
 from .tokenizer_manager import HEALTH_CHECK_RID_PREFIX, ReqState, TokenizerManager
