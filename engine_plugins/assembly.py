@@ -1,4 +1,4 @@
-"""Put the pieces together for one engine: settings, plugin manager, and the contract's router."""
+"""Put the pieces together for one engine: settings, plugins, hooks, and the contract's router."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fastapi import APIRouter
 
 from .config import Settings, load_settings
 from .control import RolloutControl
-from .engine_plugin import EnginePlugin
+from .dispatch import Hooks
 from .http_api import build_router
 from .plugins import make_plugin_manager
 
@@ -22,6 +22,7 @@ class PluginStack:
     settings: Settings
     pm: pluggy.PluginManager
     router: APIRouter
+    hooks: Hooks
 
 
 def assemble(
@@ -32,8 +33,10 @@ def assemble(
     """Build the stack for an engine whose control *get_control* returns once it is up.
 
     Reads the environment unless *settings* is given, so a bad ``ENGINE_PLUGINS_*`` value or a
-    broken third-party plugin stops the engine here, at startup.
+    broken third-party plugin stops the engine here, at startup. The control's own aborts (pause,
+    version bumps) go through the ``abort`` hook from the first contract call on.
     """
     settings = settings or load_settings()
-    pm = make_plugin_manager(settings, [EnginePlugin(get_control)])
-    return PluginStack(settings=settings, pm=pm, router=build_router(pm, settings, engine_api_keys))
+    pm = make_plugin_manager(settings)
+    hooks = Hooks(pm, get_control, trace_calls=settings.trace)
+    return PluginStack(settings=settings, pm=pm, router=build_router(hooks, settings, engine_api_keys), hooks=hooks)

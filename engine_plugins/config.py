@@ -71,6 +71,8 @@ class Settings:
     """ENGINE_PLUGINS_PLUGINS: comma-separated allowlist of third-party plugins (entry-point names) to load; unset loads all."""
     replace_native_routes: bool = True
     """ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES: replace an engine route with the same path and method (default true)."""
+    trace: bool = False
+    """ENGINE_PLUGINS_TRACE: log every hook call, which plugin answered, and how long it took (default false)."""
 
 
 _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
@@ -80,6 +82,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "abort_on_weight_version": ("ENGINE_PLUGINS_ABORT_ON_WEIGHT_VERSION", _bool),
     "plugins": ("ENGINE_PLUGINS_PLUGINS", _name_list),
     "replace_native_routes": ("ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES", _bool),
+    "trace": ("ENGINE_PLUGINS_TRACE", _bool),
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}
 

@@ -8,7 +8,7 @@ in-flight work, and partial generations that return every token with its logprob
 from __future__ import annotations
 
 import uuid
-from typing import Optional
+from typing import Awaitable, Callable, Optional
 
 from .errors import ContractError
 from .registry import InFlightRegistry
@@ -29,6 +29,9 @@ from .seam import EngineSeam, Generation
 # can never reach another request through them.
 RID_PREFIX = "ep-"
 
+AbortDispatch = Callable[..., Awaitable[AbortResult]]
+"""Called as ``dispatch(request_ids=, wait=, timeout_s=, reason=)``; returns the abort's result."""
+
 
 def new_rid() -> str:
     """A fresh engine id for a contract request: ``ep-`` and 32 hex digits."""
@@ -43,6 +46,10 @@ class RolloutControl:
         self.registry: InFlightRegistry = seam.registry
         self.abort_timeout_s = abort_timeout_s
         self.pause_mode: Optional[str] = None
+        self.dispatch_abort: Optional[AbortDispatch] = None
+        """How the control makes its own aborts (pause in ``abort`` mode, a version bump that
+        aborts): the plugin stack sets it to the ``abort`` hook, so that plugins see them too.
+        None: :meth:`abort` directly."""
         # Per in-flight contract request: the latest snapshot and the version changes seen
         # while it ran, for spans when the engine reports none.
         self._latest: dict[str, Generation] = {}
@@ -100,7 +107,7 @@ class RolloutControl:
         """Bump the version; abort everything first only when asked."""
         aborted = 0
         if abort_all_requests:
-            aborted = (await self.abort(None, wait=True)).aborted
+            aborted = (await self._abort_all("weight_version", self.abort_timeout_s)).aborted
         previous = self.seam.weight_version()
         await self.seam.set_weight_version(new_version)
         for rid, changes in self._version_changes.items():
@@ -148,7 +155,7 @@ class RolloutControl:
         self.pause_mode = mode
         await self.seam.pause(mode)
         if mode == "abort":
-            await self.abort(None, wait=True, timeout_s=timeout_s)
+            await self._abort_all("pause", self.abort_timeout_s if timeout_s is None else timeout_s)
         return self.is_paused()
 
     async def resume(self) -> PauseState:
@@ -161,6 +168,16 @@ class RolloutControl:
     def is_paused(self) -> PauseState:
         """The pause state set through the contract."""
         return PauseState(is_paused=self.pause_mode is not None, mode=self.pause_mode)
+
+    def weight_version(self) -> str:
+        """The weight version new tokens are generated with."""
+        return self.seam.weight_version()
+
+    async def _abort_all(self, reason: str, timeout_s: float) -> AbortResult:
+        """Abort every request and wait, through :attr:`dispatch_abort` when it is set."""
+        if self.dispatch_abort is None:
+            return await self.abort(None, wait=True, timeout_s=timeout_s)
+        return await self.dispatch_abort(request_ids=None, wait=True, timeout_s=timeout_s, reason=reason)
 
 
 def _cancelled_empty(request_id: str) -> PartialGenerateResult:

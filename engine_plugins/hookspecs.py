@@ -1,14 +1,27 @@
-"""The operations every engine plugin implements (pluggy project ``engine_plugins``).
+"""The operations every engine answers, as pluggy hooks (project ``engine_plugins``).
 
-Each hook is ``firstresult``: the first implementation that returns something other than None
-answers, and the HTTP route returns it. Hooks are called with keyword arguments only; an
-implementation may accept fewer arguments than its spec. An implementation may return its
-answer or an awaitable of it (the engines are asyncio servers); the caller awaits it.
+How a hook is called (:mod:`engine_plugins.dispatch`): its implementations are called one at a
+time in pluggy's order (the last registered first; ``tryfirst`` before, ``trylast`` after the
+others), each with keyword arguments only, and an implementation may accept fewer arguments
+than its spec. An implementation may return its answer or an awaitable of it (the engines are
+asyncio servers); the caller awaits it before going on. The first answer that is not None is the
+route's answer; None lets the next implementation answer. So a plugin can:
 
-An exception raised by an implementation becomes a 500 answer (logged with its traceback),
-except :class:`engine_plugins.errors.ContractError`, whose status and message are sent as they
-are (for example a 409 for a duplicate request id). None from every implementation is a 501:
-no loaded plugin implements the operation on this engine.
+- **answer**: return a result, and the implementations after it (the engine's last) are not called;
+- **defer**: return None (or an awaitable of None) and let the next one answer;
+- **decorate**: call ``control`` itself (``await control.abort(...)``) and return what it made of
+  the result.
+
+The engine's own answers (:mod:`engine_plugins.default_hooks`) are ``trylast`` implementations
+registered like any plugin. Every hook receives ``control``, the engine's
+:class:`~engine_plugins.control.RolloutControl` (ready: a hook is not called while the engine is
+not, the route answers 503), and ``http_request``, the HTTP request (a Starlette ``Request``) that
+led to the call, or None when nothing did.
+
+An exception raised by an implementation becomes a 500 answer naming the plugin (logged with its
+traceback), except :class:`engine_plugins.errors.ContractError`, whose status and message are sent
+as they are (for example a 409 for a duplicate request id). None from every implementation is a
+501: no loaded plugin implements the operation on this engine.
 """
 
 from __future__ import annotations
@@ -22,21 +35,28 @@ PROJECT = "engine_plugins"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
+ABORT_REASONS = ("request", "pause", "weight_version")
+"""Why an abort is made: a client's ``/abort_requests``, a pause in ``abort`` mode, or a
+version bump with ``abort_all_requests``."""
+
 
 @hookspec(firstresult=True)
-def abort(request_ids: Optional[list[str]], wait: bool, timeout_s: float):
-    """Abort requests; called by ``POST /abort_requests`` (and by pause, version bumps).
+def abort(control, request_ids: Optional[list[str]], wait: bool, timeout_s: float, reason: str, http_request):
+    """Abort requests; called by ``POST /abort_requests``, and by pause and version bumps.
 
     ``request_ids``: exact request ids to abort, or None for every request the server has
     accepted and not finished, including those still tokenizing, held at a pause gate, queued or
     running. That is a fence: none of them may generate after the call. Unknown ids are not an
     error. ``wait``: return only once every covered request has finished and been released, or
-    after ``timeout_s`` seconds. Returns :class:`engine_plugins.schema.AbortResult`.
+    after ``timeout_s`` seconds. ``reason``: one of :data:`ABORT_REASONS`; for ``"pause"`` and
+    ``"weight_version"`` the control is inside its own ``pause`` or ``update_weight_version``,
+    and ``http_request`` is that route's request. Returns
+    :class:`engine_plugins.schema.AbortResult`.
     """
 
 
 @hookspec(firstresult=True)
-def loads():
+def loads(control, http_request):
     """Report the server's load; called by ``GET /v1/loads``.
 
     Returns :class:`engine_plugins.schema.LoadsResult` in SGLang's shape. The sum of
@@ -46,18 +66,19 @@ def loads():
 
 
 @hookspec(firstresult=True)
-def update_weight_version(new_version: str, abort_all_requests: bool):
+def update_weight_version(control, new_version: str, abort_all_requests: bool, http_request):
     """Set the weight version; called by ``POST /update_weight_version``.
 
     ``new_version``: the version tag of the weights now loaded. ``abort_all_requests``: abort
-    every in-flight request first (already resolved from the request or the environment).
+    every in-flight request first (already resolved from the request or the environment; the
+    control's abort goes through the ``abort`` hook with reason ``"weight_version"``).
     Otherwise in-flight requests go on, and their later tokens carry ``new_version``.
     Returns :class:`engine_plugins.schema.UpdateWeightVersionResult`.
     """
 
 
 @hookspec(firstresult=True)
-def partial_generate(input_ids: list[int], sampling_params, request_id: Optional[str]):
+def partial_generate(control, input_ids: list[int], sampling_params, request_id: Optional[str], http_request):
     """Generate from token ids; called by ``POST /partial_generate``.
 
     ``sampling_params``: :class:`engine_plugins.schema.SamplingParams`. ``request_id``: the
@@ -65,23 +86,25 @@ def partial_generate(input_ids: list[int], sampling_params, request_id: Optional
     :class:`engine_plugins.schema.PartialGenerateResult` with every token generated and its
     logprob, also when the request is aborted or paused mid-way (``cancelled: true``). While the
     server is paused in ``abort`` mode it returns at once, cancelled, with no tokens. A request
-    id that is already in flight raises ``ContractError(409)``.
+    id that is already in flight raises ``ContractError(409)``. A client that hangs up cancels
+    the call (``asyncio.CancelledError`` at the implementation's ``await``).
     """
 
 
 @hookspec(firstresult=True)
-def pause(mode: str, timeout_s: float):
+def pause(control, mode: str, timeout_s: float, http_request):
     """Pause generation; called by ``POST /pause``.
 
     ``mode``: ``"abort"``: in-flight generations return now with what they have (waiting up to
-    ``timeout_s`` for them), and new ones return cancelled at once until resume. ``"keep"``:
-    in-flight requests freeze and continue after resume; new ones wait. Pausing again changes the
-    mode. Returns :class:`engine_plugins.schema.PauseState`.
+    ``timeout_s`` for them; the control's abort goes through the ``abort`` hook with reason
+    ``"pause"``), and new ones return cancelled at once until resume. ``"keep"``: in-flight
+    requests freeze and continue after resume; new ones wait. Pausing again changes the mode.
+    Returns :class:`engine_plugins.schema.PauseState`.
     """
 
 
 @hookspec(firstresult=True)
-def resume():
+def resume(control, http_request):
     """Resume generation after a pause; called by ``POST /resume``. Harmless when not paused.
 
     Returns :class:`engine_plugins.schema.PauseState`.
@@ -89,7 +112,7 @@ def resume():
 
 
 @hookspec(firstresult=True)
-def is_paused():
+def is_paused(control, http_request):
     """Report the pause state; called by ``GET /is_paused``.
 
     Returns :class:`engine_plugins.schema.PauseState`.

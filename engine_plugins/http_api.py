@@ -15,14 +15,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Type
 
-import pluggy
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from .config import Settings
+from .dispatch import Hooks, PluginError
 from .errors import ContractError
-from .plugins import call_hook
 from .schema import (
     AbortRequest,
     PartialGenerateRequest,
@@ -45,7 +44,7 @@ class ContractRoute:
 
 @dataclass(frozen=True)
 class _Context:
-    pm: pluggy.PluginManager
+    hooks: Hooks
     settings: Settings
 
 
@@ -82,21 +81,22 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _answer(result: Any, operation: str) -> Any:
-    if result is None:
-        raise ContractError(501, f"no loaded plugin implements {operation!r} on this engine", "not_implemented")
+def _json(result: Any) -> Any:
     return result.model_dump() if isinstance(result, BaseModel) else result
 
 
 async def _abort(ctx: _Context, request: Request) -> Any:
     body = await parse_body(request, AbortRequest)
     timeout_s = body.timeout_s if body.timeout_s is not None else ctx.settings.abort_timeout_s
-    result = await call_hook(ctx.pm, "abort", request_ids=body.request_ids or None, wait=body.wait, timeout_s=timeout_s)
-    return _answer(result, "abort")
+    return _json(
+        await ctx.hooks.call(
+            "abort", request, request_ids=body.request_ids or None, wait=body.wait, timeout_s=timeout_s, reason="request"
+        )
+    )
 
 
 async def _loads(ctx: _Context, request: Request) -> Any:
-    return _answer(await call_hook(ctx.pm, "loads"), "loads")
+    return _json(await ctx.hooks.call("loads", request))
 
 
 async def _update_weight_version(ctx: _Context, request: Request) -> Any:
@@ -104,16 +104,17 @@ async def _update_weight_version(ctx: _Context, request: Request) -> Any:
     abort_all = body.abort_all_requests
     if abort_all is None:
         abort_all = ctx.settings.abort_on_weight_version
-    result = await call_hook(ctx.pm, "update_weight_version", new_version=body.new_version, abort_all_requests=abort_all)
-    return _answer(result, "update_weight_version")
+    return _json(
+        await ctx.hooks.call("update_weight_version", request, new_version=body.new_version, abort_all_requests=abort_all)
+    )
 
 
 async def _partial_generate(ctx: _Context, request: Request) -> Any:
     body = await parse_body(request, PartialGenerateRequest)
     generation = asyncio.ensure_future(
-        call_hook(
-            ctx.pm,
+        ctx.hooks.call(
             "partial_generate",
+            request,
             input_ids=body.input_ids,
             sampling_params=body.sampling_params,
             request_id=body.request_id,
@@ -125,7 +126,7 @@ async def _partial_generate(ctx: _Context, request: Request) -> Any:
     await asyncio.wait({generation, hang_up}, return_when=asyncio.FIRST_COMPLETED)
     if generation.done():
         hang_up.cancel()
-        return _answer(generation.result(), "partial_generate")
+        return _json(generation.result())
     generation.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await generation
@@ -148,16 +149,15 @@ async def _pause(ctx: _Context, request: Request) -> Any:
         if "mode" in body.model_fields_set and body.mode != query_mode:
             raise ContractError(400, f"mode: the query says {query_mode!r} but the body says {body.mode!r}")
         mode = query_mode
-    result = await call_hook(ctx.pm, "pause", mode=mode, timeout_s=ctx.settings.abort_timeout_s)
-    return _answer(result, "pause")
+    return _json(await ctx.hooks.call("pause", request, mode=mode, timeout_s=ctx.settings.abort_timeout_s))
 
 
 async def _resume(ctx: _Context, request: Request) -> Any:
-    return _answer(await call_hook(ctx.pm, "resume"), "resume")
+    return _json(await ctx.hooks.call("resume", request))
 
 
 async def _is_paused(ctx: _Context, request: Request) -> Any:
-    return _answer(await call_hook(ctx.pm, "is_paused"), "is_paused")
+    return _json(await ctx.hooks.call("is_paused", request))
 
 
 CONTRACT_ROUTES: tuple[ContractRoute, ...] = (
@@ -193,7 +193,7 @@ def check_api_key(request: Request, keys: Iterable[str]) -> None:
 
 
 def build_router(
-    pm: pluggy.PluginManager,
+    hooks: Hooks,
     settings: Settings,
     engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
 ) -> APIRouter:
@@ -201,9 +201,10 @@ def build_router(
 
     Each route checks the API key (``ENGINE_PLUGINS_API_KEY`` or the engine's own keys, read
     per request since the engine may configure them after the plugin loads), calls its hook and
-    answers JSON. A :class:`ContractError` becomes its status; anything else a logged 500.
+    answers JSON. A :class:`ContractError` becomes its status; a plugin's failure a logged 500
+    naming the plugin; anything else a logged 500.
     """
-    ctx = _Context(pm=pm, settings=settings)
+    ctx = _Context(hooks=hooks, settings=settings)
     router = APIRouter()
 
     def keys() -> list[str]:
@@ -226,6 +227,9 @@ def _endpoint(ctx: _Context, route: ContractRoute, keys: Callable[[], list[str]]
             return JSONResponse(await route.handler(ctx, request))
         except ContractError as exc:
             return JSONResponse(error_body(exc.message, exc.type), status_code=exc.status)
+        except PluginError as exc:
+            logger.error("engine_plugins: %s %s: %s", route.method, route.path, exc, exc_info=exc.error)
+            return JSONResponse(error_body(str(exc), "internal_error"), status_code=500)
         except Exception as exc:
             logger.exception("engine_plugins: %s %s failed", route.method, route.path)
             return JSONResponse(error_body(f"{type(exc).__name__}: {exc}", "internal_error"), status_code=500)

@@ -1,20 +1,18 @@
-"""The plugin manager: the engine's own implementation plus allowed third-party plugins.
+"""The plugin manager: the engine's own answers plus the allowed third-party plugins.
 
 Third-party plugins are entry points in the group ``engine_plugins``, narrowed by the allowlist
-``ENGINE_PLUGINS_PLUGINS``. They are registered after the engine's implementation, so pluggy
-calls them first and a plugin can answer an operation in the engine's place.
+``ENGINE_PLUGINS_PLUGINS``. They are registered after the engine's answers
+(:mod:`engine_plugins.default_hooks`, all ``trylast``), so every plugin is asked before the engine.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 from importlib.metadata import entry_points
-from typing import Any, Iterable
 
 import pluggy
 
-from . import hookspecs
+from . import default_hooks, hookspecs, trace
 from .config import Settings
 from .errors import StartupError
 
@@ -23,16 +21,17 @@ logger = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "engine_plugins"
 
 
-def make_plugin_manager(settings: Settings, engine_plugins: Iterable[Any] = ()) -> pluggy.PluginManager:
-    """Build a plugin manager with *engine_plugins* and the allowed third-party plugins.
+def make_plugin_manager(settings: Settings) -> pluggy.PluginManager:
+    """Build a plugin manager with the engine's answers and the allowed third-party plugins.
 
-    Raises :class:`StartupError` naming the plugin when an entry point fails to load, or when a
-    hookimpl matches no hookspec (a misspelled hook would otherwise never be called).
+    Raises :class:`StartupError` naming the plugin when an entry point fails to load, when a
+    hookimpl matches no hookspec (a misspelled hook would otherwise never be called), or when a
+    hookimpl is a wrapper (the dispatcher awaits one implementation at a time; a plugin decorates
+    by calling the control instead). With ``settings.trace`` every hook call is logged.
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    for plugin in engine_plugins:
-        pm.register(plugin)
+    pm.register(default_hooks, name=default_hooks.NAME)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if settings.plugins is not None and ep.name not in settings.plugins:
             logger.info("engine_plugins: skipping plugin %s (not in ENGINE_PLUGINS_PLUGINS)", ep.name)
@@ -46,12 +45,18 @@ def make_plugin_manager(settings: Settings, engine_plugins: Iterable[Any] = ()) 
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise StartupError(f"engine_plugins: {exc}") from exc
+    _refuse_wrappers(pm)
+    if settings.trace:
+        trace.install(pm)
     return pm
 
 
-async def call_hook(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> Any:
-    """Call hook *name* with keyword arguments and await the answer if it is awaitable."""
-    result = getattr(pm.hook, name)(**kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+def _refuse_wrappers(pm: pluggy.PluginManager) -> None:
+    for plugin in pm.get_plugins():
+        for caller in pm.get_hookcallers(plugin) or ():
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and (impl.hookwrapper or impl.wrapper):
+                    raise StartupError(
+                        f"engine_plugins: plugin {impl.plugin_name!r}: hook {caller.name!r} is a wrapper, which "
+                        "the engine does not call; to decorate an operation, call the control from a plain hookimpl"
+                    )

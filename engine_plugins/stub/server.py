@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Optional
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 
 from ..assembly import assemble
 from ..config import Settings
@@ -17,6 +17,8 @@ def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings]
     """A FastAPI app serving the contract on *engine* (a default :class:`StubEngine`).
 
     The engine is built lazily on the server's event loop, as the real engines build theirs.
+    The plugin stack is ``app.state.plugin_stack``; ``/metrics`` serves prometheus_client's
+    default registry when prometheus_client is installed.
     """
     app = FastAPI(title="engine-plugins stub engine")
     state: dict[str, RolloutControl] = {}
@@ -27,7 +29,9 @@ def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings]
         return state["control"]
 
     stack = assemble(get_control, lambda: get_control().seam.api_keys(), settings)
+    app.state.plugin_stack = stack
     app.include_router(stack.router)
+    _mount_metrics(app)
 
     @app.get("/health")
     async def health() -> dict:
@@ -35,6 +39,19 @@ def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings]
         return {"status": "ok"}
 
     return app
+
+
+def _mount_metrics(app: FastAPI) -> None:
+    """Serve prometheus_client's default registry on ``/metrics``, as both engines do."""
+    try:
+        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+    except ImportError:
+        return  # prometheus_client is optional; the engines bring their own
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """The default registry in Prometheus' text format."""
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -19,6 +19,7 @@ def test_values_are_parsed():
             "ENGINE_PLUGINS_ABORT_ON_WEIGHT_VERSION": "yes",
             "ENGINE_PLUGINS_PLUGINS": "a, b,,",
             "ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES": "0",
+            "ENGINE_PLUGINS_TRACE": "on",
         }
     )
     assert settings == Settings(
@@ -28,6 +29,7 @@ def test_values_are_parsed():
         abort_on_weight_version=True,
         plugins=frozenset({"a", "b"}),
         replace_native_routes=False,
+        trace=True,
     )
     assert describe(settings)["ENGINE_PLUGINS_API_KEY"] == "***"
 
@@ -44,6 +46,7 @@ def test_values_are_parsed():
         ("ENGINE_PLUGINS_ABORT_TIMEOUT_S", "nan"),
         ("ENGINE_PLUGINS_ABORT_ON_WEIGHT_VERSION", "maybe"),
         ("ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES", "2"),
+        ("ENGINE_PLUGINS_TRACE", "verbose"),
     ],
 )
 def test_a_bad_value_names_its_variable(var, value):

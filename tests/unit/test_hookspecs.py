@@ -1,4 +1,4 @@
-"""The hookspecs: firstresult, documented, each served by a route, each in the README."""
+"""The hookspecs: firstresult, given the control and the request, documented, each served by a route, each in the README."""
 
 import inspect
 
@@ -19,6 +19,7 @@ def test_the_operations_are_specified():
 def test_each_spec_is_firstresult_and_documented(name, readme):
     fn = getattr(hookspecs, name)
     assert fn.engine_plugins_spec["firstresult"] is True
+    assert {"control", "http_request"} <= set(inspect.signature(fn).parameters)
     doc = inspect.getdoc(fn)
     assert "called by" in doc and "Returns" in doc
     assert f"`{name}`" in readme
@@ -29,6 +30,7 @@ def test_every_spec_is_served_by_a_route():
     assert handlers == set(SPECS)
 
 
-def test_the_module_says_awaitables_and_errors_are_allowed():
+def test_the_module_says_how_hooks_are_called():
     doc = hookspecs.__doc__
-    assert "awaitable" in doc and "ContractError" in doc and "501" in doc
+    for what in ("awaitable", "answer", "defer", "decorate", "ContractError", "501", "trylast"):
+        assert what in doc

@@ -1,5 +1,5 @@
 """Third-party plugins: loaded from the `engine_plugins` entry-point group, narrowed by an allowlist,
-checked at startup, and able to answer before the engine's own implementation."""
+checked at startup, and asked before the engine's own answers."""
 
 import sys
 import textwrap
@@ -9,7 +9,9 @@ import pytest
 from engine_plugins import hookimpl
 from engine_plugins.config import Settings
 from engine_plugins.errors import StartupError
-from engine_plugins.plugins import call_hook, make_plugin_manager
+from engine_plugins.dispatch import first_answer
+from engine_plugins.plugins import make_plugin_manager
+from engine_plugins.schema import PauseState
 
 pytestmark = pytest.mark.anyio
 
@@ -31,10 +33,15 @@ def installed_plugin(tmp_path, monkeypatch):
     return install
 
 
-class Engine:
-    @hookimpl(trylast=True)
+class Control:
+    """Just enough of a RolloutControl for the engine's own is_paused."""
+
     def is_paused(self):
-        return {"is_paused": False, "mode": None}
+        return PauseState(is_paused=False)
+
+
+async def is_paused(pm):
+    return await first_answer(pm, "is_paused", {"control": Control(), "http_request": None})
 
 
 async def test_an_allowed_plugin_answers_before_the_engine(installed_plugin):
@@ -47,14 +54,14 @@ async def test_an_allowed_plugin_answers_before_the_engine(installed_plugin):
             return {"is_paused": True, "mode": "keep"}
         """
     )
-    pm = make_plugin_manager(Settings(), [Engine()])
-    assert await call_hook(pm, "is_paused") == {"is_paused": True, "mode": "keep"}
+    pm = make_plugin_manager(Settings(plugins=frozenset({"my_plugin"})))
+    assert await is_paused(pm) == {"is_paused": True, "mode": "keep"}
 
 
 async def test_the_allowlist_narrows_what_loads(installed_plugin):
     installed_plugin("raise RuntimeError('must not be imported')\n")
-    pm = make_plugin_manager(Settings(plugins=frozenset({"someone_else"})), [Engine()])
-    assert await call_hook(pm, "is_paused") == {"is_paused": False, "mode": None}
+    pm = make_plugin_manager(Settings(plugins=frozenset({"someone_else"})))
+    assert await is_paused(pm) == PauseState(is_paused=False)
 
 
 def test_a_misspelled_hook_stops_startup_with_its_name(installed_plugin):
@@ -68,10 +75,33 @@ def test_a_misspelled_hook_stops_startup_with_its_name(installed_plugin):
         """
     )
     with pytest.raises(StartupError, match="abort_request"):
-        make_plugin_manager(Settings(), [Engine()])
+        make_plugin_manager(Settings())
 
 
 def test_a_plugin_that_fails_to_import_stops_startup_with_its_name(installed_plugin):
     installed_plugin("import no_such_module_anywhere\n", name="broken_plugin")
     with pytest.raises(StartupError, match="broken_plugin"):
-        make_plugin_manager(Settings(), [Engine()])
+        make_plugin_manager(Settings())
+
+
+def test_a_wrapper_stops_startup_with_its_name(installed_plugin):
+    installed_plugin(
+        """
+        from engine_plugins import hookimpl
+
+        @hookimpl(wrapper=True)
+        def loads():
+            return (yield)
+        """,
+        name="wrapping_plugin",
+    )
+    with pytest.raises(StartupError, match="wrapping_plugin.*'loads' is a wrapper"):
+        make_plugin_manager(Settings())
+
+
+def test_the_engine_answers_last_and_the_metrics_plugin_is_on_unless_the_allowlist_leaves_it_out():
+    pm = make_plugin_manager(Settings())
+    assert pm.get_plugin("metrics") is not None
+    order = [impl.plugin_name for impl in reversed(pm.hook.abort.get_hookimpls())]
+    assert order == ["metrics", "engine"]
+    assert make_plugin_manager(Settings(plugins=frozenset({"other"}))).get_plugin("metrics") is None

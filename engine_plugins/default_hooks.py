@@ -1,0 +1,54 @@
+"""The engine's own answers: every hook delegates to the engine's :class:`RolloutControl`.
+
+Registered like any plugin (under the name ``engine``), with ``trylast`` so that every other
+plugin is asked first and the engine answers only what they leave to it. Each returns the
+control's coroutine; the dispatcher awaits it.
+"""
+
+from __future__ import annotations
+
+from .hookspecs import hookimpl
+
+NAME = "engine"
+
+
+@hookimpl(trylast=True)
+def abort(control, request_ids, wait, timeout_s):
+    """Abort through the engine's control (see the hookspec)."""
+    return control.abort(request_ids, wait, timeout_s)
+
+
+@hookimpl(trylast=True)
+def loads(control):
+    """Loads through the engine's control (see the hookspec)."""
+    return control.loads()
+
+
+@hookimpl(trylast=True)
+def update_weight_version(control, new_version, abort_all_requests):
+    """Version bump through the engine's control (see the hookspec)."""
+    return control.update_weight_version(new_version, abort_all_requests)
+
+
+@hookimpl(trylast=True)
+def partial_generate(control, input_ids, sampling_params, request_id):
+    """Partial generation through the engine's control (see the hookspec)."""
+    return control.partial_generate(input_ids, sampling_params, request_id)
+
+
+@hookimpl(trylast=True)
+def pause(control, mode, timeout_s):
+    """Pause through the engine's control (see the hookspec)."""
+    return control.pause(mode, timeout_s)
+
+
+@hookimpl(trylast=True)
+def resume(control):
+    """Resume through the engine's control (see the hookspec)."""
+    return control.resume()
+
+
+@hookimpl(trylast=True)
+def is_paused(control):
+    """Pause state from the engine's control (see the hookspec)."""
+    return control.is_paused()

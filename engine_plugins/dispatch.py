@@ -1,0 +1,116 @@
+"""How the contract's hooks are called: one implementation at a time, awaited, until one answers.
+
+Pluggy's own ``firstresult`` call stops at the first implementation that returns anything but
+None, and an ``async def`` implementation returns a coroutine even when it will defer, so pluggy
+alone would take the coroutine for the answer. :func:`first_answer` calls the implementations in
+pluggy's order itself, awaiting each (through pluggy, one implementation at a time, so that
+pluggy's hook-call monitoring sees every call).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import time
+from typing import Any, Callable, Mapping, Optional
+
+import pluggy
+
+from . import trace
+from .control import RolloutControl
+from .errors import ContractError
+from .schema import AbortResult
+
+# The HTTP request being answered, so that the aborts the control makes inside a route (pause,
+# version bump) reach the abort hook with the request that caused them.
+_http_request: contextvars.ContextVar[Any] = contextvars.ContextVar("engine_plugins_http_request", default=None)
+
+
+class PluginError(Exception):
+    """A hook implementation raised something other than a ContractError: a 500 naming it."""
+
+    def __init__(self, plugin: str, hook: str, error: Exception) -> None:
+        super().__init__(f"plugin {plugin!r} failed in hook {hook!r}: {type(error).__name__}: {error}")
+        self.plugin = plugin
+        self.hook = hook
+        self.error = error
+
+
+async def first_answer(pm: pluggy.PluginManager, name: str, kwargs: Mapping[str, Any], trace_calls: bool = False) -> Any:
+    """Call hook *name*'s implementations in pluggy's order until one answers.
+
+    Pluggy's order: the last registered first, ``tryfirst`` ones before and ``trylast`` ones
+    after the rest. Each result is awaited if it is awaitable. Returns the first answer that is
+    not None, or None when every implementation deferred. A :class:`ContractError` (or a
+    :class:`PluginError` from a nested hook call) propagates as it is; any other exception is
+    raised as a :class:`PluginError` naming the implementation's plugin.
+    """
+    impls = getattr(pm.hook, name).get_hookimpls()
+    # get_hookimpls() lists them in registration order, pluggy calls them from the end.
+    for impl in reversed(impls):
+        only_this = pm.subset_hook_caller(name, remove_plugins=[i.plugin for i in impls if i is not impl])
+        try:
+            result = only_this(**kwargs)
+            if inspect.isawaitable(result):
+                started = time.perf_counter()
+                result = await result
+                if trace_calls:
+                    trace.log_awaited(name, impl.plugin_name, result, (time.perf_counter() - started) * 1000)
+        except (ContractError, PluginError):
+            raise
+        except Exception as exc:
+            raise PluginError(impl.plugin_name, name, exc) from exc
+        if result is not None:
+            return result
+    return None
+
+
+class Hooks:
+    """The hooks of one engine's plugin stack, called by the routes and by the control.
+
+    *get_control* returns the engine's control, or None until the engine is up (SGLang, for
+    one, builds its tokenizer manager after plugins load); every route then answers 503.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager, get_control: Callable[[], Optional[RolloutControl]], trace_calls: bool = False) -> None:
+        self.pm = pm
+        self._get_control = get_control
+        self._trace_calls = trace_calls
+
+    def control(self) -> RolloutControl:
+        """The engine's control, its own aborts routed through the abort hook; a 503 until it is ready."""
+        control = self._get_control()
+        if control is None or not control.seam.ready():
+            raise ContractError(503, "the engine is not ready yet", "unavailable")
+        if control.dispatch_abort is None:
+            control.dispatch_abort = functools.partial(self._control_abort, control)
+        return control
+
+    async def call(self, name: str, http_request: Any = None, **kwargs: Any) -> Any:
+        """Call hook *name* with *kwargs*, the control and *http_request*; returns the answer.
+
+        Raises a 501 :class:`ContractError` when every implementation deferred.
+        """
+        control = self.control()
+        token = _http_request.set(http_request)
+        try:
+            answer = await first_answer(self.pm, name, {**kwargs, "control": control, "http_request": http_request}, self._trace_calls)
+        finally:
+            _http_request.reset(token)
+        return _answered(answer, name)
+
+    async def _control_abort(self, control: RolloutControl, **kwargs: Any) -> AbortResult:
+        # The control's own abort, made inside one of its operations: the route's request is
+        # the one in the context.
+        answer = await first_answer(
+            self.pm, "abort", {**kwargs, "control": control, "http_request": _http_request.get()}, self._trace_calls
+        )
+        answer = _answered(answer, "abort")
+        return answer if isinstance(answer, AbortResult) else AbortResult.model_validate(answer)
+
+
+def _answered(answer: Any, name: str) -> Any:
+    if answer is None:
+        raise ContractError(501, f"no loaded plugin implements {name!r} on this engine", "not_implemented")
+    return answer

@@ -1,0 +1,98 @@
+"""The plugin's metrics, made once per process in prometheus_client's default registry.
+
+They are made on first use, not at import: SGLang loads plugins before it sets
+``PROMETHEUS_MULTIPROC_DIR``, and prometheus_client decides between in-process and multiprocess
+values when it is first imported, so importing it at plugin load would take SGLang's own metrics
+off its ``/metrics``. Made once (the stub and the tests build several plugin stacks in one
+process, and a second registration of a name is an error in prometheus_client).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+PREFIX = "engine_plugins_"
+
+# Abort waits run from milliseconds to ENGINE_PLUGINS_ABORT_TIMEOUT_S (30 s by default) and beyond.
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass(frozen=True)
+class Instruments:
+    """Every metric of the plugin (names in the README's metrics section)."""
+
+    requests_aborted: Any
+    """Counter, labels ``route``, ``reason``: requests actually aborted by an abort."""
+    salvaged_tokens: Any
+    """Counter: tokens returned by partial generations that were cancelled mid-way."""
+    partial_generations_cancelled: Any
+    """Counter: partial generations that returned cancelled (aborted, paused, or refused while paused)."""
+    weight_version_updates: Any
+    """Counter: version bumps."""
+    weight_version: Any
+    """Gauge, label ``version``: 1 for the weight version in force."""
+    abort_wait_seconds: Any
+    """Histogram, label ``reason``: how long aborts with ``wait`` waited."""
+    requests_in_flight: Any
+    """Gauge: requests the server has accepted and not released."""
+    requests_held: Any
+    """Gauge: of those, requests held before the scheduler (tokenizing, at a pause gate)."""
+    multiprocess: bool
+    """prometheus_client runs in multiprocess mode (SGLang): no callbacks, no label removal."""
+
+
+_instruments: Optional[Instruments] = None
+
+
+def get() -> Optional[Instruments]:
+    """The metrics, made on the first call; None when prometheus_client is not installed."""
+    global _instruments
+    if _instruments is None:
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            return None
+        _instruments = _make()
+    return _instruments
+
+
+def _make() -> Instruments:
+    from prometheus_client import Counter, Gauge, Histogram, values
+
+    # In multiprocess mode a gauge is written by this (the HTTP server's) process only: livesum
+    # reports its value while it lives.
+    gauge_mode = "livesum"
+    return Instruments(
+        requests_aborted=Counter(
+            PREFIX + "requests_aborted",
+            "Requests actually aborted, by the contract route that led to the abort and why it was made",
+            ["route", "reason"],
+        ),
+        salvaged_tokens=Counter(
+            PREFIX + "salvaged_tokens", "Tokens returned with their logprobs by partial generations cancelled mid-way"
+        ),
+        partial_generations_cancelled=Counter(
+            PREFIX + "partial_generations_cancelled", "Partial generations that returned cancelled"
+        ),
+        weight_version_updates=Counter(PREFIX + "weight_version_updates", "Weight version bumps"),
+        weight_version=Gauge(
+            PREFIX + "weight_version", "1 for the weight version in force", ["version"], multiprocess_mode=gauge_mode
+        ),
+        abort_wait_seconds=Histogram(
+            PREFIX + "abort_wait_seconds",
+            "How long aborts with wait took, until every covered request was released or the time-out",
+            ["reason"],
+            buckets=WAIT_BUCKETS,
+        ),
+        requests_in_flight=Gauge(
+            PREFIX + "requests_in_flight", "Requests accepted and not yet released", multiprocess_mode=gauge_mode
+        ),
+        requests_held=Gauge(
+            PREFIX + "requests_held",
+            "Requests accepted but held before the scheduler (tokenizing, at a pause gate)",
+            multiprocess_mode=gauge_mode,
+        ),
+        # Decided by prometheus_client when it was first imported, from PROMETHEUS_MULTIPROC_DIR.
+        multiprocess=values.ValueClass is not values.MutexValue,
+    )
