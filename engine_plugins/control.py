@@ -39,7 +39,7 @@ def new_rid() -> str:
 
 
 class RolloutControl:
-    """The six operations over one engine. One instance per engine (API server) process."""
+    """The contract's operations over one engine. One instance per engine (API server) process."""
 
     def __init__(self, seam: EngineSeam, abort_timeout_s: float = 30.0) -> None:
         self.seam = seam

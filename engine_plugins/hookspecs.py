@@ -35,10 +35,6 @@ PROJECT = "engine_plugins"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-ABORT_REASONS = ("request", "pause", "weight_version")
-"""Why an abort is made: a client's ``/abort_requests``, a pause in ``abort`` mode, or a
-version bump with ``abort_all_requests``."""
-
 
 @hookspec(firstresult=True)
 def abort(control, request_ids: Optional[list[str]], wait: bool, timeout_s: float, reason: str, http_request):
@@ -48,9 +44,10 @@ def abort(control, request_ids: Optional[list[str]], wait: bool, timeout_s: floa
     accepted and not finished, including those still tokenizing, held at a pause gate, queued or
     running. That is a fence: none of them may generate after the call. Unknown ids are not an
     error. ``wait``: return only once every covered request has finished and been released, or
-    after ``timeout_s`` seconds. ``reason``: one of :data:`ABORT_REASONS`; for ``"pause"`` and
-    ``"weight_version"`` the control is inside its own ``pause`` or ``update_weight_version``,
-    and ``http_request`` is that route's request. Returns
+    after ``timeout_s`` seconds. ``reason``: ``"request"`` (a client's ``/abort_requests``),
+    ``"pause"`` (a pause in ``abort`` mode) or ``"weight_version"`` (a version bump with
+    ``abort_all_requests``); for the last two the control is inside its own ``pause`` or
+    ``update_weight_version``, and ``http_request`` is that route's request. Returns
     :class:`engine_plugins.schema.AbortResult`.
     """
 

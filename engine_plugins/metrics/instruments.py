@@ -50,10 +50,9 @@ def get() -> Optional[Instruments]:
     global _instruments
     if _instruments is None:
         try:
-            import prometheus_client  # noqa: F401
-        except ImportError:
+            _instruments = _make()
+        except ImportError:  # prometheus_client is not installed
             return None
-        _instruments = _make()
     return _instruments
 
 

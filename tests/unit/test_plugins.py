@@ -6,7 +6,6 @@ import textwrap
 
 import pytest
 
-from engine_plugins import hookimpl
 from engine_plugins.config import Settings
 from engine_plugins.errors import StartupError
 from engine_plugins.dispatch import first_answer
