@@ -3,9 +3,9 @@ same path and method.
 
 Starlette serves the first route that matches, and SGLang registers its routes at import, so
 the contract's routes go first and the native ones they replace are removed. Some native
-routes sit inside included routers (``/v1/loads`` comes from ``v1_loads.router``,
-``http_server.py:519-523``); with FastAPI 0.165 those are lazy ``_IncludedRouter`` entries that
-cache their routes by version, so each router touched is walked and marked changed.
+routes sit inside included routers (SGLang's ``/v1/loads``); with FastAPI 0.165 those are lazy
+``_IncludedRouter`` entries that cache their routes by version, so each router touched is
+walked and marked changed.
 """
 
 from __future__ import annotations
@@ -18,22 +18,30 @@ from fastapi import APIRouter
 
 @dataclass
 class MountReport:
-    """What mounting did: ``(METHOD, path, endpoint name)`` triples."""
+    """What mounting did: ``(METHOD, path)`` pairs added; ``(METHOD, path, SGLang endpoint)``
+    triples replaced, or kept because replacing is switched off."""
 
-    added: list[tuple[str, str, str]] = field(default_factory=list)
+    added: list[tuple[str, str]] = field(default_factory=list)
     replaced: list[tuple[str, str, str]] = field(default_factory=list)
     kept_native: list[tuple[str, str, str]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """Human-readable lines for the startup log."""
-        fmt = lambda items: ", ".join(f"{m} {p}" + (f" ({n})" if n else "") for m, p, n in items) or "none"
-        out = [f"engine_plugins: added routes: {fmt(self.added)}", f"engine_plugins: replaced SGLang routes: {fmt(self.replaced)}"]
+        out = [
+            f"engine_plugins: added routes: {_listing(self.added)}",
+            f"engine_plugins: replaced SGLang routes: {_listing(self.replaced)}",
+        ]
         if self.kept_native:
             out.append(
                 f"engine_plugins: kept SGLang routes (ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES=false), "
-                f"contract route not mounted: {fmt(self.kept_native)}"
+                f"contract route not mounted: {_listing(self.kept_native)}"
             )
         return out
+
+
+def _listing(routes: list[tuple]) -> str:
+    """``GET /a, POST /b (module.endpoint)``, or ``none``."""
+    return ", ".join(f"{r[0]} {r[1]}" + (f" ({r[2]})" if len(r) > 2 else "") for r in routes) or "none"
 
 
 def _endpoint_name(route: Any) -> str:
@@ -70,37 +78,36 @@ def native_routes(app: Any, method: str, path: str) -> list[tuple[Any, Any]]:
 def mount(app: Any, router: APIRouter, replace_native: bool = True, auth_level: Optional[Any] = None) -> MountReport:
     """Put *router*'s routes first on *app*; replace (or keep, and skip ours) same-path natives.
 
-    *auth_level* is set on each endpoint as ``_auth_level``, read by SGLang's key middleware
-    (``utils/auth.py:38-58``). Mounting twice is harmless: routes already mounted are skipped.
+    *auth_level* is set on each endpoint as ``_auth_level``, which SGLang's key middleware reads.
+    Mounting twice is harmless: when the contract's routes are there already, nothing changes.
     """
     report = MountReport()
-    ours = [r for r in router.routes if getattr(r, "path", None) is not None]
-    mounted = [r for r in app.router.routes if getattr(getattr(r, "endpoint", None), "_engine_plugins_route", False)]
-    if mounted:
+    if any(getattr(getattr(r, "endpoint", None), "_engine_plugins_route", False) for r in app.router.routes):
         return report
     to_insert = []
-    for route in ours:
+    for route in router.routes:
+        if getattr(route, "path", None) is None:
+            continue
+        served = []
         for method in sorted(route.methods or ()):
             natives = native_routes(app, method, route.path)
-            name = _endpoint_name(route)
             if natives and not replace_native:
                 report.kept_native.extend((method, route.path, _endpoint_name(n)) for _, n in natives)
                 continue
             for owner, native in natives:
-                native_methods = set(native.methods or ())
-                if native_methods <= set(route.methods or ()):
+                if set(native.methods or ()) <= set(route.methods or ()):
                     owner.routes.remove(native)
                     _mark_changed(owner)
                 # A native route serving other methods too stays for those; ours, first, wins for this one.
                 report.replaced.append((method, route.path, _endpoint_name(native)))
-            report.added.append((method, route.path, name))
-            endpoint = route.endpoint
-            endpoint._engine_plugins_route = True
+            report.added.append((method, route.path))
+            served.append(method)
+        if served:
+            route.endpoint._engine_plugins_route = True
             if auth_level is not None:
-                endpoint._auth_level = auth_level
+                route.endpoint._auth_level = auth_level
             to_insert.append(route)
     app.router.routes[:0] = to_insert
     _mark_changed(app.router)
     app.openapi_schema = None
-    report.added = [(m, p, "") for m, p, _ in report.added]
     return report

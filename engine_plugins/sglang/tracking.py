@@ -1,38 +1,37 @@
 """Keeps the in-flight registry exact on SGLang's TokenizerManager, for requests on every route.
 
-SGLang creates a request's state in ``rid_to_state`` before its pause gate and tokenizer
-(``tokenizer_manager.py:926`` then ``938-939``) and deletes it only once the request is over:
-finished or aborted by the scheduler (2774, 3638), or dropped before dispatch
-(``_release_req_states_on_failure``, 3850-3874). So the registry follows ``rid_to_state``
-itself: a dict subclass adds an entry when a state is created and releases it when the state
-is deleted, whichever route (``/generate``, ``/v1/completions``, the contract's) made it.
+A request is in flight from the moment SGLang creates its request state (before its pause gate
+and its tokenizer) until SGLang deletes that state (finished, aborted, or dropped before it
+reached the scheduler), whichever route made it: ``/generate``, ``/v1/completions``, the
+contract's. So the registry follows the TokenizerManager's request states themselves, through a
+dict that reports each state created and deleted (:class:`TrackedStates`).
 
-Wrappers on the TokenizerManager class complete the fence:
+Hooks on the TokenizerManager, registered with SGLang's own hook registry (so that SGLang's log
+names this plugin), complete the fence (:func:`register_hooks`):
 
-- ``_mark_state_dispatched`` (1802) marks the entry dispatched, and re-sends the abort of an
-  entry aborted while it was held: SGLang's own abort of a rid the scheduler has not seen yet
-  is lost.
-- ``generate_request`` (895): while a request is held (at the pause gate, or tokenizing), an
-  abort cancels its first step. SGLang's own failure path then drops its state, and the caller
-  gets the answer SGLang gives for a request aborted in its waiting queue (3596-3640): no tokens,
-  ``finish_reason {"type": "abort"}``. Without this, an abort-all during a pause returns only
-  after resume.
-- ``abort_request`` (2241), SGLang's own abort (``POST /abort_request``, ``abort_all`` too), marks
-  the held requests it covers aborted, so they end as above instead of running after resume.
+- construction: the TokenizerManager is checked and its request states tracked, at startup;
+- the dispatch mark: the entry is marked dispatched, and an abort that came while the request
+  was held is sent again, since SGLang's first abort reached a scheduler that did not know it;
+- the request entry: while a request is held (at the pause gate, or tokenizing), an abort ends
+  it at once with the answer SGLang gives for a request aborted in its waiting queue; otherwise
+  an abort-all during a pause would return only after resume;
+- SGLang's own abort (``POST /abort_request``, ``abort_all`` too): the held requests it covers
+  are ended the same way, instead of running after resume;
+- SGLang's own pause in ``abort`` mode: requests reaching the gate meanwhile keep waiting for
+  ``continue_generation``, as SGLang means them to.
+
+The SGLang behaviour each step relies on is in ``docs/engine-notes.md`` ("SGLang").
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import weakref
 from typing import Any, AsyncIterator, Callable, Optional
 
+from ..errors import StartupError
 from ..registry import InFlightRegistry
-
-logger = logging.getLogger(__name__)
-
-_TRACKER_ATTR = "_engine_plugins_tracker"
-_PATCHED_ATTR = "_engine_plugins_patched"
+from .engine_names import SGLangEngine, SGLangNames
 
 
 class TrackedStates(dict):
@@ -48,7 +47,7 @@ class TrackedStates(dict):
         self._tracker.state_created(rid, state)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        """Add states (SGLang's ``_init_req_state`` adds a request's states this way)."""
+        """Add states (SGLang adds a request's states this way)."""
         new = dict(*args, **kwargs)
         super().update(new)
         for rid, state in new.items():
@@ -87,20 +86,19 @@ class TrackedStates(dict):
 
 
 class Tracker:
-    """The registry of one TokenizerManager, fed by its ``rid_to_state``."""
+    """The registry of one TokenizerManager, fed by its request states and the hooks."""
 
-    def __init__(self, tm: Any, health_check_prefix: str) -> None:
-        self.tm = tm
+    def __init__(self, sglang: SGLangEngine) -> None:
+        self.sglang = sglang
         self.registry = InFlightRegistry()
-        self.health_check_prefix = health_check_prefix
         self._held_aborted = asyncio.Event()
         self._abort_mode_pauses = 0
-        tm.rid_to_state = TrackedStates(tm.rid_to_state, self)
+        sglang.replace_request_states(lambda states: TrackedStates(states, self))
 
     def state_created(self, rid: str, state: Any) -> None:
         """SGLang accepted *rid* (health checks excepted: they are not requests)."""
-        if isinstance(rid, str) and not rid.startswith(self.health_check_prefix):
-            self.registry.add(rid, dispatched=bool(getattr(state, "dispatched", False)))
+        if isinstance(rid, str) and not rid.startswith(self.sglang.names.health_check_prefix):
+            self.registry.add(rid, dispatched=self.sglang.names.state_dispatched(state))
 
     def state_deleted(self, rid: str) -> None:
         """SGLang freed *rid*'s state: the request is over."""
@@ -113,27 +111,11 @@ class Tracker:
             return
         entry.dispatched = True
         if entry.aborted:
-            self.abort_dispatched(rid)
-
-    def abort_dispatched(self, rid: str) -> None:
-        """Send SGLang's abort for a dispatched *rid*, even if one was sent before.
-
-        ``abort_request`` sends nothing when ``abort_sent`` is set (2247-2251); an abort sent
-        while the request was held reached a scheduler that did not know it, so it is re-armed.
-        """
-        state = self.tm.rid_to_state.get(rid)
-        if state is not None:
-            state.abort_sent = False
-        self.tm.abort_request(rid)
+            self.sglang.abort(rid)
 
     def native_abort(self, rid: str, abort_all: bool) -> None:
-        """SGLang's own ``abort_request`` (e.g. ``POST /abort_request``) reaches held requests too.
-
-        Held requests it covers, by SGLang's prefix rule, are marked aborted and ended now; its
-        ``AbortReq`` alone would reach a scheduler that has not seen them and be lost. Not during
-        SGLang's own abort-mode pause, whose repeated abort-all (2272-2279) must leave requests
-        arriving at the gate waiting for ``continue_generation``, as SGLang does.
-        """
+        """SGLang's own abort reaches held requests too: those it covers, by SGLang's prefix rule,
+        are marked aborted and ended now. Not during SGLang's own abort-mode pause (see the module)."""
         if self._abort_mode_pauses or (not abort_all and not rid):
             return
         held = [e for e in self.registry.select(None) if not e.dispatched and (abort_all or e.rid.startswith(rid))]
@@ -141,6 +123,15 @@ class Tracker:
             entry.aborted = True
         if held:
             self.wake_held()
+
+    async def native_pause(self, pause: Any, obj: Any) -> Any:
+        """Run SGLang's own ``pause_generation`` (the awaitable *pause*), noting an abort-mode one."""
+        abort_mode = self.sglang.names.pause_mode(obj) == "abort"
+        self._abort_mode_pauses += abort_mode
+        try:
+            return await pause
+        finally:
+            self._abort_mode_pauses -= abort_mode
 
     def wake_held(self) -> None:
         """Tell the requests held before the scheduler that some of them were aborted."""
@@ -154,7 +145,7 @@ class Tracker:
         except StopAsyncIteration:
             return
         if out is None:
-            yield _aborted_before_dispatch(self.tm, obj)
+            yield self.sglang.aborted_before_dispatch(obj)
             return
         try:
             while True:
@@ -165,11 +156,12 @@ class Tracker:
                     return
         finally:
             # A caller that stops early (a cancelled partial generation) closes SGLang's
-            # generator too, whose failure path aborts the request in the scheduler (3862-3867).
+            # generator too, whose failure path aborts the request in the scheduler.
             await inner.aclose()
 
     async def _first_step(self, inner: AsyncIterator[dict], obj: Any) -> Optional[dict]:
         """The first output, or None when the request was aborted before it was dispatched."""
+        rid = self.sglang.names.request_rid(obj)
         step = asyncio.ensure_future(inner.__anext__())
         try:
             while not step.done():
@@ -180,9 +172,9 @@ class Tracker:
                     break
                 # Batch requests (a list of rids) are not ended early: their held members are
                 # aborted when they are dispatched (see ``dispatched``).
-                entry = self.registry.get(obj.rid) if isinstance(obj.rid, str) else None
+                entry = self.registry.get(rid) if isinstance(rid, str) else None
                 if entry is not None and entry.aborted and not entry.dispatched:
-                    # Lands at the gate or in the tokenizer: SGLang drops the undispatched state.
+                    # Cancelled at the gate or in the tokenizer: SGLang drops the undispatched state.
                     step.cancel()
                     try:
                         return await step
@@ -198,69 +190,60 @@ class Tracker:
             raise
 
 
-def _aborted_before_dispatch(tm: Any, obj: Any) -> dict:
-    """What SGLang answers for a request aborted in its waiting queue (``_handle_abort_req``)."""
-    meta_info: dict[str, Any] = {
-        "id": obj.rid,
-        "finish_reason": {"type": "abort", "message": "Aborted before it reached the scheduler"},
-        "weight_version": tm.config_value("weight_version"),
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "cached_tokens": 0,
-        "weight_versions": [],
-    }
-    if getattr(obj, "return_logprob", False):
-        meta_info.update(input_token_logprobs=[], output_token_logprobs=[], output_token_logprobs_length=0)
-    return {"text": "", "output_ids": [], "meta_info": meta_info}
+_trackers: "weakref.WeakKeyDictionary[Any, Tracker]" = weakref.WeakKeyDictionary()
 
 
-def tracker_for(tm: Any, health_check_prefix: str = "HEALTH_CHECK") -> Tracker:
-    """The tracker of *tm*, made (and ``rid_to_state`` wrapped) on first use."""
-    tracker = tm.__dict__.get(_TRACKER_ATTR)
+def tracker_for(names: SGLangNames, tm: Any) -> Tracker:
+    """The tracker of the TokenizerManager *tm*, made on first use: *tm* is checked
+    (:class:`~.engine_names.SGLangEngine`) and its request states tracked from then on."""
+    tracker = _trackers.get(tm)
     if tracker is None:
-        tracker = Tracker(tm, health_check_prefix)
-        setattr(tm, _TRACKER_ATTR, tracker)
+        tracker = _trackers[tm] = Tracker(SGLangEngine(names, tm))
     return tracker
 
 
-def patch_tokenizer_manager(cls: type, health_check_prefix: str, on_tracker: Callable[[Tracker], None] = lambda t: None) -> bool:
-    """Wrap *cls*'s request entry, dispatch mark, abort and pause; False if already done (a second load)."""
-    if cls.__dict__.get(_PATCHED_ATTR):
-        return False
-    original_generate = cls.generate_request
-    original_mark = cls._mark_state_dispatched
-    original_abort = cls.abort_request
-    original_pause = cls.pause_generation
+def register_hooks(names: SGLangNames) -> Callable[[], None]:
+    """Register the TokenizerManager hooks with SGLang's hook registry, which applies them once
+    every plugin has loaded (and only once per process).
 
-    def generate_request(self: Any, obj: Any, request: Any = None) -> AsyncIterator[dict]:
-        tracker = tracker_for(self, health_check_prefix)
-        on_tracker(tracker)
-        return tracker.track(original_generate(self, obj, request), obj)
+    Returns a check to run once SGLang has applied them: SGLang only logs a hook it could not
+    apply, and without these hooks the registry would silently miss requests.
+    """
 
-    def _mark_state_dispatched(self: Any, rid: str) -> None:
-        original_mark(self, rid)
-        tracker_for(self, health_check_prefix).dispatched(rid)
+    def after_init(result: Any, tm: Any, *args: Any, **kwargs: Any) -> None:
+        tracker_for(names, tm)
 
-    def abort_request(self: Any, rid: str = "", abort_all: bool = False) -> Any:
-        tracker_for(self, health_check_prefix).native_abort(rid, abort_all)
-        return original_abort(self, rid, abort_all)
+    def generate_request(original: Any, tm: Any, obj: Any, request: Any = None) -> AsyncIterator[dict]:
+        return tracker_for(names, tm).track(original(tm, obj, request), obj)
 
-    async def pause_generation(self: Any, obj: Any) -> Any:
-        tracker = tracker_for(self, health_check_prefix)
-        abort_mode = getattr(obj, "mode", None) == "abort"
-        tracker._abort_mode_pauses += abort_mode
-        try:
-            return await original_pause(self, obj)
-        finally:
-            tracker._abort_mode_pauses -= abort_mode
+    def mark_state_dispatched(original: Any, tm: Any, rid: str) -> None:
+        original(tm, rid)
+        tracker_for(names, tm).dispatched(rid)
 
-    for wrapper, original in (
-        (generate_request, original_generate),
-        (_mark_state_dispatched, original_mark),
-        (abort_request, original_abort),
-        (pause_generation, original_pause),
-    ):
-        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-        setattr(cls, original.__name__, wrapper)
-    setattr(cls, _PATCHED_ATTR, True)
-    return True
+    def abort_request(original: Any, tm: Any, rid: str = "", abort_all: bool = False) -> Any:
+        tracker_for(names, tm).native_abort(rid, abort_all)
+        return original(tm, rid, abort_all)
+
+    def pause_generation(original: Any, tm: Any, obj: Any) -> Any:
+        return tracker_for(names, tm).native_pause(original(tm, obj), obj)
+
+    hooks = {
+        "__init__": (after_init, "AFTER"),
+        "generate_request": (generate_request, "AROUND"),
+        "_mark_state_dispatched": (mark_state_dispatched, "AROUND"),
+        "abort_request": (abort_request, "AROUND"),
+        "pause_generation": (pause_generation, "AROUND"),
+    }
+    originals = {method: names.tokenizer_manager_method(method) for method in hooks}
+    for method, (hook, kind) in hooks.items():
+        names.hook_tokenizer_manager(method, hook, kind)
+
+    def check_applied() -> None:
+        missing = [m for m, original in originals.items() if names.tokenizer_manager_method(m) is original]
+        if missing:
+            raise StartupError(
+                f"engine_plugins: SGLang {names.version} did not apply the plugin's hooks on "
+                f"{', '.join('TokenizerManager.' + m for m in missing)} (see SGLang's log above)"
+            )
+
+    return check_applied

@@ -1,6 +1,10 @@
 """The vLLM 0.32 plugin: the contract on vLLM's own OpenAI server, over ``AsyncLLM``.
 
-``plugin`` holds the entry points, ``seam`` the contract's seam on ``AsyncLLM``, and
-``internals`` every vLLM internal the plugin touches (checked at startup). Importing this
-package imports no vLLM.
+- :mod:`.plugin`: the ``vllm.endpoint_plugins`` and ``vllm.general_plugins`` entry points;
+- :mod:`.engine_names`: every vLLM name the plugin uses, imported lazily and checked at startup;
+- :mod:`.seam`: the :class:`~engine_plugins.seam.EngineSeam` over the ``AsyncLLM``;
+- :mod:`.tracking`: keeps the in-flight registry exact, by wrapping the engine client's entry points;
+- :mod:`.routes`: mounts the contract's routes on vLLM's app, replacing same-path natives.
+
+Importing this package imports no vLLM module.
 """

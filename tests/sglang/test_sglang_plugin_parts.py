@@ -1,4 +1,5 @@
-"""The SGLang plugin's parts that need no server: route replacement, the startup checks, seeds."""
+"""The SGLang plugin's parts that need no server: route replacement, the startup checks, the
+hooks in SGLang's registry, seeds."""
 
 import types
 
@@ -9,10 +10,12 @@ from fastapi import APIRouter, FastAPI
 from engine_plugins.errors import ContractError, StartupError
 from engine_plugins.schema import SamplingParams
 from engine_plugins.sglang import plugin
-from engine_plugins.sglang.adapter import SGLangSeam
-from engine_plugins.sglang.engine_api import check_api
+from engine_plugins.sglang.engine_names import SGLangEngine, check_names
 from engine_plugins.sglang.routes import mount
-from fakes.sglang.api import fake_api
+from engine_plugins.sglang.seam import SGLangSeam
+from engine_plugins.sglang.tracking import Tracker, register_hooks
+from fakes.sglang.names import fake_names
+from fakes.sglang.tokenizer_manager import TokenizerManager
 
 
 def sglang_like_app() -> FastAPI:
@@ -71,49 +74,65 @@ async def test_mount_keeps_natives_when_told_to():
     assert "ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES=false" in "\n".join(report.lines())
 
 
+def _serving(**overrides) -> types.SimpleNamespace:
+    fields = dict(api_key=None, admin_api_key=None, tokenizer_worker_num=1, enable_deterministic_inference=False)
+    return types.SimpleNamespace(**{**fields, **overrides})
+
+
 def test_a_missing_sglang_name_stops_startup_naming_the_version():
-    api = fake_api(types.SimpleNamespace(api_key=None, admin_api_key=None, tokenizer_worker_num=1, enable_deterministic_inference=False))
-    api.TokenizerManager = type("TokenizerManager", (), {"generate_request": None})
-    api.version = "0.9.99"
+    names = fake_names(_serving())
+    names.TokenizerManager = type("TokenizerManager", (), {"generate_request": None})
+    names.version = "0.9.99"
     with pytest.raises(StartupError) as info:
-        check_api(api)
+        check_names(names)
     assert "SGLang 0.9.99" in str(info.value) and "TokenizerManager._mark_state_dispatched" in str(info.value)
     assert "0.5.23" in str(info.value)
 
 
+def test_a_tokenizer_manager_without_an_attribute_the_plugin_uses_stops_startup():
+    names = fake_names(_serving())
+    tm = TokenizerManager()
+    del tm.is_pause_cond
+    with pytest.raises(StartupError) as info:
+        SGLangEngine(names, tm)
+    assert "TokenizerManager.is_pause_cond" in str(info.value) and "SGLang 0.5.23" in str(info.value)
+
+
+def test_hooks_go_through_sglangs_registry_and_are_checked_once_applied(monkeypatch):
+    registered = []
+    names = fake_names(_serving())
+    names.HookRegistry = types.SimpleNamespace(register=lambda target, hook, kind: registered.append((target, kind.value)))
+    check_applied = register_hooks(names)
+    assert ("fakes.sglang.tokenizer_manager.TokenizerManager.generate_request", "around") in registered
+    assert ("fakes.sglang.tokenizer_manager.TokenizerManager.__init__", "after") in registered
+    with pytest.raises(StartupError, match="did not apply the plugin's hooks on TokenizerManager.__init__"):
+        check_applied()  # nothing applied them: the fake registry above only records
+
+
 def test_multi_tokenizer_mode_is_refused_before_the_server_starts():
-    started = []
-    module = types.SimpleNamespace(launch_server=lambda args: started.append(args))
-    api = types.SimpleNamespace(http_server=module)
-    plugin._refuse_multi_tokenizer(api)
     with pytest.raises(StartupError, match="--tokenizer-worker-num 2"):
-        module.launch_server(types.SimpleNamespace(tokenizer_worker_num=2))
-    module.launch_server(types.SimpleNamespace(tokenizer_worker_num=1))
-    assert len(started) == 1
-    plugin._refuse_multi_tokenizer(api)  # a second load does not wrap twice
-    assert module.launch_server.__wrapped__ is not None and not hasattr(module.launch_server.__wrapped__, "__wrapped__")
+        plugin._refuse_multi_tokenizer(types.SimpleNamespace(tokenizer_worker_num=2))
+    plugin._refuse_multi_tokenizer(types.SimpleNamespace(tokenizer_worker_num=1))
 
 
 def test_load_does_nothing_in_sglangs_child_processes(monkeypatch):
     monkeypatch.setattr(plugin.multiprocessing, "parent_process", lambda: object())
-    monkeypatch.setattr(plugin, "load_sglang_api", lambda: pytest.fail("a child process must not import SGLang's app"))
+    monkeypatch.setattr(plugin, "load_names", lambda: pytest.fail("a child process must not import SGLang's app"))
     plugin.load()
 
 
 def test_a_bad_setting_stops_sglang_with_system_exit(monkeypatch):
     # SGLang logs and ignores an Exception from a plugin; SystemExit stops the server.
     monkeypatch.setenv("ENGINE_PLUGINS_ABORT_TIMEOUT_S", "-1")
-    serving = types.SimpleNamespace(api_key=None, admin_api_key=None, tokenizer_worker_num=1, enable_deterministic_inference=False)
-    monkeypatch.setattr(plugin, "load_sglang_api", lambda: fake_api(serving))
-    monkeypatch.setattr(plugin, "_installed", None)
+    monkeypatch.setattr(plugin, "load_names", lambda: fake_names(_serving()))
+    monkeypatch.setattr(plugin, "_installed", False)
     with pytest.raises(SystemExit, match="ENGINE_PLUGINS_ABORT_TIMEOUT_S"):
         plugin.load()
 
 
 def test_seed_is_sglangs_sampling_seed_and_refused_when_sglang_would_ignore_it():
-    serving = types.SimpleNamespace(api_key="k", admin_api_key=None, tokenizer_worker_num=1, enable_deterministic_inference=True)
-    tracker = types.SimpleNamespace(tm=None, registry=None)
-    seam = SGLangSeam(fake_api(serving), tracker)
+    serving = _serving(api_key="k", enable_deterministic_inference=True)
+    seam = SGLangSeam(Tracker(SGLangEngine(fake_names(serving), TokenizerManager())))
     assert seam.sampling_params(SamplingParams(seed=7))["sampling_seed"] == 7
     assert "seed" not in seam.sampling_params(SamplingParams(seed=7))
     serving.enable_deterministic_inference = False
@@ -124,10 +143,10 @@ def test_seed_is_sglangs_sampling_seed_and_refused_when_sglang_would_ignore_it()
 
 
 def test_contract_keys_follow_sglangs_admin_optional_rule():
-    serving = types.SimpleNamespace(api_key="user", admin_api_key=None, tokenizer_worker_num=1, enable_deterministic_inference=False)
-    api = fake_api(serving)
-    assert api.api_keys() == ["user"]
+    serving = _serving(api_key="user")
+    names = fake_names(serving)
+    assert names.api_keys() == ["user"]
     serving.admin_api_key = "admin"
-    assert api.api_keys() == ["admin"]
+    assert names.api_keys() == ["admin"]
     serving.api_key = serving.admin_api_key = None
-    assert api.api_keys() == []
+    assert names.api_keys() == []

@@ -7,10 +7,12 @@ import pytest
 
 from engine_plugins.control import RolloutControl
 from engine_plugins.schema import SamplingParams
-from fakes.vllm import engine as fake
-from fakes.vllm.server import fake_api
-from engine_plugins.vllm import internals
+from engine_plugins.vllm import engine_names
+from engine_plugins.vllm.engine_names import VllmEngine
 from engine_plugins.vllm.seam import VllmSeam
+from engine_plugins.vllm.tracking import Tracker
+from fakes.vllm import engine as fake
+from fakes.vllm.server import fake_names
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +28,7 @@ async def _until(predicate, deadline_s=10.0):
 @pytest.fixture
 async def held_engine():
     """A fake AsyncLLM whose sends to the engine core wait for a gate, with the seam installed."""
-    internals.install_request_counts(fake.EngineCore)
+    engine_names.install_request_counts(fake.EngineCore)
     llm = fake.AsyncLLM(step_s=0.002)
     llm.start()
     gate = asyncio.Event()
@@ -37,12 +39,13 @@ async def held_engine():
         await send(request)
 
     llm.engine_core.add_request_async = held_send
-    seam = VllmSeam(llm, fake_api())
-    seam.install()
+    tracker = Tracker(VllmEngine(fake_names(), llm))
+    tracker.install()
+    seam = VllmSeam(tracker)
     try:
         yield llm, seam, RolloutControl(seam, 10.0), gate
     finally:
-        seam.uninstall()
+        tracker.uninstall()
         await llm.shutdown()
 
 

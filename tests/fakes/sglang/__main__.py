@@ -1,6 +1,8 @@
-"""Serve the SGLang fake with the real SGLang plugin: ``python -m fakes.sglang``.
+"""Serve the SGLang fake: ``python -m fakes.sglang --port P [--api-key K] [--no-plugin]``.
 
-The order is SGLang's: plugins load first (``launch_server.py:79``), then ``launch_server``.
+The order is SGLang's: plugins load first (here the real SGLang plugin, on this fake), then the
+hook registry applies their hooks, then ``launch_server``. With ``--no-plugin`` it is SGLang
+without this package: its native routes only.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ import logging
 from types import SimpleNamespace
 
 from engine_plugins.sglang.plugin import install
+
 from . import http_server
-from .api import fake_api
+from .hook_registry import HookRegistry
+from .names import fake_names
 
 
 def main() -> None:
-    """Parse SGLang-like flags, install the plugin on the fake, serve on loopback."""
+    """Parse SGLang-like flags, load the plugin on the fake (unless told not to), serve on loopback."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
@@ -25,6 +29,8 @@ def main() -> None:
     parser.add_argument("--no-deterministic-inference", dest="enable_deterministic_inference", action="store_false")
     parser.add_argument("--step-s", type=float, default=0.002, help="seconds per decode step")
     parser.add_argument("--tokenize-s", type=float, default=0.0, help="seconds a request spends tokenizing")
+    parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="SGLang without engine-plugins")
+    parser.add_argument("--legacy-loads", action="store_true", help="an older SGLang: /get_load instead of /v1/loads")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     serving = SimpleNamespace(
@@ -33,7 +39,9 @@ def main() -> None:
         tokenizer_worker_num=args.tokenizer_worker_num,
         enable_deterministic_inference=args.enable_deterministic_inference,
     )
-    install(fake_api(serving))
+    if args.plugin:
+        install(fake_names(serving))
+        HookRegistry.apply_hooks(source="engine_plugins")
     http_server.launch_server(args)
 
 

@@ -3,12 +3,16 @@
 Like SGLang's, ``/v1/loads`` comes from an included router (``http_server.py:519-523``) and
 ``/update_weight_version`` aborts every request unless told not to (1527-1556), so the plugin's
 route replacement and its fixes are exercised. Run ``python -m fakes.sglang``.
+
+``GET /fake/calls`` lists the bodies SGLang's control routes received, for the client tests
+(not an SGLang route).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Optional
 
 from fastapi import APIRouter, FastAPI, Request
@@ -23,6 +27,7 @@ class _GlobalState:
 
 
 _global_state: Optional[_GlobalState] = None
+_calls: list[tuple[str, Any]] = []
 
 
 def set_global_state(state: _GlobalState) -> None:
@@ -41,10 +46,26 @@ v1_loads_router = APIRouter()
 
 
 @v1_loads_router.get("/v1/loads")
-async def get_loads() -> dict:
-    """SGLang's native loads (``v1_loads.py:96-150``), without the contract's fields."""
+async def get_loads(include: Optional[str] = None) -> dict:
+    """SGLang's native loads (``v1_loads.py:96-150``): no ``aggregate`` in 0.5.23, no contract fields."""
     loads = await _global_state.tokenizer_manager.get_loads()
-    return {"version": "fake", "loads": [load.to_dict(None) for load in loads]}
+    return {
+        "timestamp": datetime.now(timezone.utc).isoformat(),
+        "version": "0.5.23",
+        "accelerator": "cpu",
+        "num_accelerators": 1,
+        "loads": [load.to_dict(None) for load in loads],
+    }
+
+
+async def get_load() -> list:
+    """An older SGLang's ``/get_load`` (``GetLoadReqOutput``): ``num_reqs`` is running + waiting."""
+    loads = await _global_state.tokenizer_manager.get_loads()
+    return [
+        {"dp_rank": load.dp_rank, "num_reqs": load.num_running_reqs + load.num_waiting_reqs,
+         "num_waiting_reqs": load.num_waiting_reqs, "num_tokens": load.num_used_tokens, "ts_tic": 0.0}
+        for load in loads
+    ]
 
 
 app.include_router(v1_loads_router)
@@ -54,6 +75,12 @@ app.include_router(v1_loads_router)
 async def health() -> dict:
     """Liveness."""
     return {"status": "ok"}
+
+
+@app.get("/fake/calls")
+async def fake_calls() -> list:
+    """What SGLang's control routes received, in order."""
+    return _calls
 
 
 @app.api_route("/generate", methods=["POST", "PUT"])
@@ -78,7 +105,9 @@ async def generate_request(request: Request) -> Any:
 @app.post("/update_weight_version")
 async def update_weight_version(request: Request) -> Any:
     """SGLang's native route: aborts every request by default."""
-    obj = UpdateWeightVersionReqInput(**(await request.json()))
+    body = await request.json()
+    _calls.append(("/update_weight_version", body))
+    obj = UpdateWeightVersionReqInput(**body)
     if obj.abort_all_requests:
         _global_state.tokenizer_manager.abort_request(abort_all=True)
     await _global_state.tokenizer_manager.update_weight_version(obj)
@@ -89,6 +118,7 @@ async def update_weight_version(request: Request) -> Any:
 async def abort_request(request: Request) -> Any:
     """SGLang's native abort (1721-1731): a bare 200."""
     body = await request.json()
+    _calls.append(("/abort_request", body))
     _global_state.tokenizer_manager.abort_request(body.get("rid", ""), body.get("abort_all", False))
     return JSONResponse({})
 
@@ -96,23 +126,33 @@ async def abort_request(request: Request) -> Any:
 @app.post("/pause_generation")
 async def pause_generation(request: Request) -> Any:
     """SGLang's native pause (1831-1841)."""
-    await _global_state.tokenizer_manager.pause_generation(PauseGenerationReqInput(**(await request.json())))
+    body = await request.json()
+    _calls.append(("/pause_generation", body))
+    await _global_state.tokenizer_manager.pause_generation(PauseGenerationReqInput(**body))
     return {"message": "Generation paused successfully.", "status": 200}
 
 
 @app.post("/continue_generation")
 async def continue_generation(request: Request) -> Any:
     """SGLang's native continue (1844-1856)."""
+    _calls.append(("/continue_generation", await request.json()))
     await _global_state.tokenizer_manager.continue_generation(ContinueGenerationReqInput())
     return {"message": "Generation continued successfully.", "status": 200}
 
 
 def launch_server(server_args: Any) -> None:
-    """As SGLang's (3125): build the TokenizerManager, set the global state, serve."""
+    """As SGLang's (3125): build the TokenizerManager, set the global state, serve.
+
+    ``server_args.legacy_loads``: serve an older SGLang's ``/get_load`` instead of ``/v1/loads``.
+    """
     import uvicorn
 
     from .tokenizer_manager import TokenizerManager
 
+    if getattr(server_args, "legacy_loads", False):
+        v1_loads_router.routes.clear()
+        getattr(v1_loads_router, "_mark_routes_changed", lambda: None)()  # FastAPI caches included routes
+        app.add_api_route("/get_load", get_load, methods=["GET"])
     tm = TokenizerManager(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference)
     set_global_state(_GlobalState(tokenizer_manager=tm))
     uvicorn.run(app, host=server_args.host, port=server_args.port, log_level="warning")

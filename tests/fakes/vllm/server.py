@@ -1,6 +1,6 @@
 """Serve the fake ``AsyncLLM`` the way vLLM 0.32's OpenAI server does, with the REAL plugin.
 
-``python -m fakes.vllm --port P --api-key K [--dev-mode]``
+``python -m fakes.vllm --port P --api-key K [--dev-mode] [--no-plugin]``
 
 The app is built in vLLM's order (entrypoints/launchers/app.py:19-56): native routes, then the
 endpoint plugin's ``attach_router`` with vLLM's replacement rule
@@ -8,27 +8,32 @@ endpoint plugin's ``attach_router`` with vLLM's replacement rule
 only ``/v1``, ``/v2``, ``/inference`` and ``/cohere`` (serve/middleware/authenticate.py); the
 plugin's ``init_state`` runs before serving (launchers/api_server/entry.py:137-138). The plugin
 and the general plugin's engine-core utility are the real ones; only vLLM is fake.
+
+With ``--no-plugin`` it is vLLM without this package (``--dev-mode``: with its RL routes).
+``GET /fake/calls`` lists the bodies the dev-mode control routes received, for the client tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import secrets
 import uuid
 from argparse import Namespace
 from contextlib import asynccontextmanager
 from copy import copy
-from typing import Optional
+from typing import Any, Optional
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 
-from engine_plugins.vllm import internals
-from engine_plugins.vllm.internals import VllmApi
+from engine_plugins.vllm import engine_names
+from engine_plugins.vllm.engine_names import VllmNames
 from engine_plugins.vllm.plugin import VllmEndpointPlugin
+
 from . import engine as fake
 
 GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
@@ -36,28 +41,33 @@ GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
 logger = logging.getLogger(__name__)
 
 
-def fake_api() -> VllmApi:
-    """The fake's stand-ins for the vLLM names the plugin imports."""
-    return VllmApi(
+def fake_names() -> VllmNames:
+    """The fake's stand-ins for the vLLM names the plugin imports, checked as vLLM's are."""
+    names = VllmNames(
         version="0.32.0+fake",
         TokensPrompt=fake.TokensPrompt,
         SamplingParams=fake.SamplingParams,
         final_only=fake.RequestOutputKind.FINAL_ONLY,
         client_errors=(fake.FakeValidationError, ValueError),
     )
+    engine_names.check_names(names)
+    return names
 
 
-def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: bool = False) -> FastAPI:
-    """The fake vLLM server app: native routes, the plugin, the middleware; the engine starts with the app."""
+def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: bool = False, plugin: bool = True) -> FastAPI:
+    """The fake vLLM server app: native routes, the plugin (unless *plugin* is false), the
+    middleware; the engine starts with the app."""
     llm = llm or fake.AsyncLLM(step_s=args.step_s)
-    plugin = VllmEndpointPlugin(load_api=fake_api)
-    # What the general plugin does in the engine-core process (plugin.general_plugin).
-    internals.install_request_counts(fake.EngineCore)
+    endpoint_plugin = VllmEndpointPlugin(load_names=fake_names) if plugin else None
+    if plugin:
+        # What the general plugin does in the engine-core process (plugin.general_plugin).
+        engine_names.install_request_counts(fake.EngineCore)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         llm.start()
-        await plugin.init_state(llm, app.state, args)
+        if endpoint_plugin is not None:
+            await endpoint_plugin.init_state(llm, app.state, args)
         try:
             yield
         finally:
@@ -66,7 +76,8 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
     app = FastAPI(lifespan=lifespan)
     app.state.engine_client = llm
     _native_routes(app, llm, dev_mode)
-    _attach_endpoint_plugin(app, plugin)
+    if endpoint_plugin is not None:
+        _attach_endpoint_plugin(app, endpoint_plugin)
     keys = [k for k in (args.api_key or []) if k]
     if keys:
         app.add_middleware(_AuthenticationMiddleware, tokens=keys)
@@ -74,13 +85,33 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
 
 
 def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
+    calls: list[tuple[str, Any]] = []
+
     @app.get("/health")
     async def health() -> dict:
         return {}
 
+    @app.get("/version")
+    async def version() -> dict:
+        return {"version": "0.32.0"}
+
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [{"id": "fake-vllm", "object": "model"}]}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        """The scheduler gauges of v1/metrics/loggers.py (only these two are faked)."""
+        running, waiting = llm.engine_core.core.scheduler.get_request_counts()
+        labels = 'engine="0",model_name="fake-vllm"'
+        return PlainTextResponse(
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{{{labels}}} {float(running)}\n"
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
+        )
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> JSONResponse:
@@ -89,8 +120,9 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
         prompt = body.get("prompt", "")
         prompt = {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
         params = fake.SamplingParams(max_tokens=int(body.get("max_tokens", 16)), ignore_eos=bool(body.get("ignore_eos", False)))
-        # completion/serving.py:141,177: cmpl-<X-Request-Id or random>-<prompt index>.
-        request_id = f"cmpl-{request.headers.get('X-Request-Id') or uuid.uuid4().hex}-0"
+        # completion/serving.py:141: cmpl-<X-Request-Id, else the body's request_id, else random>-<prompt index>.
+        base = request.headers.get("X-Request-Id") or body.get("request_id") or uuid.uuid4().hex
+        request_id = f"cmpl-{base}-0"
         final = None
         async for final in llm.generate(prompt, params, request_id):
             pass
@@ -104,19 +136,33 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
         return
 
     # vLLM's dev-mode RL routes with the contract's paths (entrypoints/rl/online/api_router.py).
+    @app.get("/fake/calls")
+    async def fake_calls() -> list:
+        """What the control routes below received, in order (not a vLLM route)."""
+        return calls
+
     @app.post("/pause")
-    async def pause(mode: str = "abort") -> JSONResponse:
-        await llm.pause_generation(mode=mode)
+    async def pause(mode: str = "abort", clear_cache: bool = True) -> JSONResponse:
+        calls.append(("/pause", {"mode": mode, "clear_cache": clear_cache}))
+        try:
+            await llm.pause_generation(mode=mode, clear_cache=clear_cache)
+        except ValueError as err:
+            return JSONResponse({"error": str(err)}, status_code=400)
         return JSONResponse({"status": "paused"})
 
     @app.post("/resume")
     async def resume() -> JSONResponse:
+        calls.append(("/resume", None))
         await llm.resume_generation()
         return JSONResponse({"status": "resumed"})
 
     @app.post("/abort_requests")
     async def abort_requests(request: Request) -> JSONResponse:
-        body = await request.json()
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            raise HTTPException(status_code=400, detail="Invalid JSON format") from None
+        calls.append(("/abort_requests", body))
         ids = body.get("request_ids") or list(llm.output_processor.request_states)
         await llm.abort(ids, internal=not body.get("request_ids"))
         return JSONResponse({"status": "aborted", "aborted": len(ids)})  # ids requested, not aborted
@@ -127,9 +173,14 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
 
     @app.post("/update_weight_version")
     async def update_weight_version(request: Request) -> JSONResponse:
-        new_version = (await request.json())["new_version"]
-        await llm.update_weight_version(new_version)
-        return JSONResponse({"success": True, "new_version": new_version})
+        body = await request.json()
+        calls.append(("/update_weight_version", body))
+        await llm.update_weight_version(body["new_version"])
+        return JSONResponse({"success": True, "new_version": body["new_version"]})
+
+    @app.get("/weight_info")
+    async def weight_info() -> JSONResponse:
+        return JSONResponse({"weight_version": await llm.get_weight_version()})
 
 
 def _attach_endpoint_plugin(app: FastAPI, plugin: VllmEndpointPlugin) -> None:
@@ -197,6 +248,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--api-server-count", type=int, default=None)
     parser.add_argument("--step-s", type=float, default=0.003, help="seconds per decode step of the fake engine core")
     parser.add_argument("--dev-mode", action="store_true", help="mount vLLM's dev-mode RL routes (VLLM_SERVER_DEV_MODE=1)")
+    parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="vLLM without engine-plugins")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(args, dev_mode=args.dev_mode), host=args.host, port=args.port, log_level="warning")
+    app = create_app(args, dev_mode=args.dev_mode, plugin=args.plugin)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

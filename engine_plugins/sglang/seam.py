@@ -1,8 +1,8 @@
 """The contract's seam over SGLang's TokenizerManager (one per TokenizerManager).
 
 Every call goes to the TokenizerManager the HTTP routes use, so the contract sees the same
-requests, pause gate and weight version as SGLang's own routes. File:line references are to
-SGLang 0.5.23 (``sglang/srt/managers/tokenizer_manager.py`` unless named).
+requests, pause gate and weight version as SGLang's own routes. SGLang is reached only through
+:class:`~.engine_names.SGLangEngine`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from ..errors import ContractError
 from ..registry import InFlight
 from ..schema import SamplingParams, WeightVersionSpan
 from ..seam import Generation
-from .engine_api import SGLangApi
 from .tracking import Tracker
 
 logger = logging.getLogger(__name__)
 
-# SGLang's finish_reason dicts (schedule_batch.py:284-345) -> the contract's words.
+# SGLang's finish_reason types in the contract's words.
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
@@ -29,17 +28,16 @@ class SGLangSeam:
     Pause modes: ``keep`` is SGLang's ``in_place`` (the scheduler freezes, KV cache kept).
     ``abort`` closes the TokenizerManager's pause gate only, so the control's abort of the
     running requests comes back at once with every token (SGLang's own abort-mode pause polls
-    every second, 2267-2280). While paused ``in_place``, an abort of running requests first
-    turns the pause into ``retract``, since aborted running requests come back only once the
-    scheduler runs again; ``retract`` returns them now with their tokens, and the requests not
-    aborted are recomputed from their tokens after resume.
+    every second). While paused ``in_place``, an abort of running requests first turns the pause
+    into ``retract``, since aborted running requests come back only once the scheduler runs
+    again; ``retract`` returns them now with their tokens, and the requests not aborted are
+    recomputed from their tokens after resume.
     """
 
     engine = "sglang"
 
-    def __init__(self, api: SGLangApi, tracker: Tracker) -> None:
-        self.api = api
-        self.tm = tracker.tm
+    def __init__(self, tracker: Tracker) -> None:
+        self.sglang = tracker.sglang
         self.tracker = tracker
         self.registry = tracker.registry
         self._scheduler_pause: Optional[str] = None  # "in_place" or "retract" while paused
@@ -50,7 +48,7 @@ class SGLangSeam:
 
     def api_keys(self) -> list[str]:
         """SGLang's ``--admin-api-key``, else its ``--api-key`` (its ADMIN_OPTIONAL rule)."""
-        return self.api.api_keys()
+        return self.sglang.names.api_keys()
 
     # --- generation ----------------------------------------------------------------------
 
@@ -58,8 +56,8 @@ class SGLangSeam:
         """The contract's sampling params in SGLang's names.
 
         ``seed`` is SGLang's ``sampling_seed``, which SGLang honours only when launched with
-        ``--enable-deterministic-inference`` (``sampling/sampling_batch_info.py:157-171``) and
-        otherwise ignores; a seed sent to a server that would ignore it is refused (400).
+        ``--enable-deterministic-inference`` and otherwise ignores; a seed sent to a server that
+        would ignore it is refused (400).
         """
         out = {
             "max_new_tokens": params.max_new_tokens,
@@ -71,7 +69,7 @@ class SGLangSeam:
         if params.stop_token_ids:
             out["stop_token_ids"] = list(params.stop_token_ids)
         if params.seed is not None:
-            if not self.api.deterministic_inference():
+            if not self.sglang.names.deterministic_inference():
                 raise ContractError(
                     400,
                     "sampling_params.seed: this SGLang server ignores seeds; "
@@ -83,21 +81,13 @@ class SGLangSeam:
     async def generate(self, rid: str, input_ids: list[int], params: SamplingParams) -> AsyncIterator[Generation]:
         """Stream from SGLang and keep the last chunk: every token, even on abort.
 
-        ``stream=True`` because a non-stream request aborted from SGLang's waiting queue comes
-        back cut to a multiple of ``SGLANG_FORCE_STREAM_INTERVAL`` (50) tokens
-        (``scheduler_components/output_streamer.py:474-477``). Logprobs are SGLang's
-        ``output_token_logprobs``: temperature-scaled unless ``SGLANG_RETURN_ORIGINAL_LOGPROB``.
+        Streamed because a non-stream request aborted from SGLang's waiting queue comes back cut
+        to a multiple of 50 tokens. Logprobs are SGLang's ``output_token_logprobs``:
+        temperature-scaled unless ``SGLANG_RETURN_ORIGINAL_LOGPROB`` is set.
         """
-        obj = self.api.GenerateReqInput(
-            input_ids=list(input_ids),
-            sampling_params=self.sampling_params(params),
-            rid=rid,
-            stream=True,
-            return_logprob=True,
-        )
-        incremental = bool(getattr(self.tm, "incremental_streaming_output", False))
+        stream = self.sglang.generate(rid, input_ids, self.sampling_params(params))
+        incremental = self.sglang.incremental_streaming()
         out = Generation()
-        stream = self.tm.generate_request(obj, None)
         try:
             async for chunk in stream:
                 _apply_chunk(out, chunk, incremental)
@@ -110,23 +100,23 @@ class SGLangSeam:
     async def abort(self, entries: Sequence[InFlight]) -> None:
         """Dispatched entries: SGLang's abort by rid. Held ones: ended by the tracker now.
 
-        SGLang's scheduler aborts every rid that *starts with* the one sent (scheduler.py:5675-5813).
-        Contract requests use fixed-length ids, so this is exact for them; a native request
-        whose caller-chosen rid is a prefix of another in-flight rid also aborts that one.
+        SGLang's scheduler aborts every rid that *starts with* the one sent. Contract requests
+        use fixed-length ids, so this is exact for them; a native request whose caller-chosen
+        rid is a prefix of another in-flight rid also aborts that one.
         """
         dispatched = [e for e in entries if e.dispatched]
         if dispatched and self._scheduler_pause == "in_place":
-            await self.tm.pause_generation(self.api.PauseGenerationReqInput(mode="retract"))
+            await self.sglang.pause_generation("retract")
             self._scheduler_pause = "retract"
         for entry in dispatched:
             self._warn_prefix_collisions(entry.rid, entries)
-            self.tracker.abort_dispatched(entry.rid)
+            self.sglang.abort(entry.rid)
         if len(dispatched) < len(entries):
             self.tracker.wake_held()
 
     def _warn_prefix_collisions(self, rid: str, entries: Sequence[InFlight]) -> None:
         targeted = {e.rid for e in entries}
-        others = [r for r in list(self.tm.rid_to_state) if r != rid and r.startswith(rid) and r not in targeted]
+        others = [r for r in self.sglang.rids() if r != rid and r.startswith(rid) and r not in targeted]
         if others:
             logger.warning(
                 "engine_plugins: aborting rid %r also aborts %s: SGLang's scheduler matches rids by prefix", rid, others
@@ -135,16 +125,16 @@ class SGLangSeam:
     # --- loads and weight version ------------------------------------------------------------
 
     async def rank_loads(self) -> list[dict]:
-        """SGLang's ``/v1/loads`` figures per DP rank, every field kept (``v1_loads.py:96-150``)."""
-        return [load.to_dict(None) for load in await self.tm.get_loads()]
+        """SGLang's ``/v1/loads`` figures per DP rank, every field kept."""
+        return await self.sglang.rank_loads()
 
     def weight_version(self) -> str:
         """The version SGLang stamps on new tokens."""
-        return str(self.tm.config_value("weight_version"))
+        return self.sglang.weight_version()
 
     async def set_weight_version(self, version: str) -> None:
-        """SGLang's version update without its abort (``tokenizer_control_mixin.py:1065``)."""
-        await self.tm.update_weight_version(self.api.UpdateWeightVersionReqInput(new_version=version, abort_all_requests=False))
+        """SGLang's version update without its abort."""
+        await self.sglang.set_weight_version(version)
 
     # --- pause -----------------------------------------------------------------------------
 
@@ -152,19 +142,18 @@ class SGLangSeam:
         """``keep``: SGLang's ``in_place`` pause. ``abort``: close the pause gate only."""
         if mode == "keep":
             if self._scheduler_pause is None:
-                await self.tm.pause_generation(self.api.PauseGenerationReqInput(mode="in_place"))
+                await self.sglang.pause_generation("in_place")
                 self._scheduler_pause = "in_place"
             return
         if self._scheduler_pause is not None:
             # Coming from keep: the scheduler must run for the control's abort to return.
-            await self.tm.continue_generation(self.api.ContinueGenerationReqInput())
+            await self.sglang.continue_generation()
             self._scheduler_pause = None
-        async with self.tm.is_pause_cond:
-            self.tm.is_pause = True
+        await self.sglang.close_pause_gate()
 
     async def resume(self) -> None:
         """SGLang's ``continue_generation``: opens the gate and restarts the scheduler."""
-        await self.tm.continue_generation(self.api.ContinueGenerationReqInput())
+        await self.sglang.continue_generation()
         self._scheduler_pause = None
 
 
@@ -172,14 +161,13 @@ def _apply_chunk(out: Generation, chunk: dict, incremental: bool) -> None:
     """Fold one SGLang stream chunk into the cumulative snapshot *out*.
 
     Token ids are read from ``output_token_logprobs`` entries ``(logprob, token_id, text)``, so
-    ids and logprobs always pair up. Non-incremental chunks hold every token so far; only the
-    new tail is copied (chunks share SGLang's lists, 2663-2667). With
-    ``--incremental-streaming-output`` chunks are deltas, except the abort answer built by
-    ``_handle_abort_req``, which holds all of them.
+    ids and logprobs always pair up. Non-incremental chunks hold every token so far (they share
+    SGLang's lists), so only the new tail is copied. With ``--incremental-streaming-output``
+    chunks are deltas, except SGLang's answer for a request aborted in its waiting queue, which
+    holds all of them and, unlike every other chunk, no ``prompt_tokens``.
     """
     meta = chunk.get("meta_info", {})
     logprobs = meta.get("output_token_logprobs") or []
-    # The abort answer has no "prompt_tokens" (3601-3606): cumulative in either mode.
     cumulative = not incremental or "prompt_tokens" not in meta
     new = logprobs[len(out.output_logprobs) :] if cumulative else logprobs
     for item in new:

@@ -1,30 +1,35 @@
-"""The plugin's :class:`~engine_plugins.sglang.engine_api.SGLangApi`, built from this fake."""
+"""The plugin's :class:`~engine_plugins.sglang.engine_names.SGLangNames`, built from this fake."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from engine_plugins.sglang.engine_api import SGLangApi, check_api
+from engine_plugins.sglang.engine_names import SGLangNames, check_names
+
 from . import http_server
+from .hook_registry import HookRegistry, HookType
 from .io_struct import ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
-from .tokenizer_manager import HEALTH_CHECK_RID_PREFIX, ReqState, TokenizerManager
+from .tokenizer_manager import HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, TokenizerManager
 
 
-def fake_api(serving: SimpleNamespace) -> SGLangApi:
+def fake_names(serving: SimpleNamespace) -> SGLangNames:
     """The fake's names; *serving* stands for SGLang's ``get_serving()`` bag (keys, flags)."""
-    api = SGLangApi(
+    names = SGLangNames(
         version="0.5.23 (engine_plugins fake)",
         http_server=http_server,
         TokenizerManager=TokenizerManager,
         ReqState=ReqState,
+        LoadSnapshot=LoadSnapshot,
         GenerateReqInput=GenerateReqInput,
         UpdateWeightVersionReqInput=UpdateWeightVersionReqInput,
         PauseGenerationReqInput=PauseGenerationReqInput,
         ContinueGenerationReqInput=ContinueGenerationReqInput,
+        HookRegistry=HookRegistry,
+        HookType=HookType,
         serving=lambda: serving,
         deterministic_inference=lambda: serving.enable_deterministic_inference,
         admin_optional="admin_optional",
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
     )
-    check_api(api)
-    return api
+    check_names(names)
+    return names

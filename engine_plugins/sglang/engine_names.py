@@ -1,0 +1,312 @@
+"""Every SGLang name the SGLang plugin uses, in one place, checked before the plugin relies on it.
+
+- :class:`SGLangNames`: what the plugin imports from SGLang (request classes, the HTTP server
+  module, the hook registry, config accessors). :func:`load_names` imports them from the
+  installed SGLang and :func:`check_names` checks them at startup.
+- :class:`SGLangEngine`: one TokenizerManager. Every attribute the plugin reads, writes or
+  calls on SGLang's objects (the TokenizerManager, its request states, the requests it builds
+  or sees) goes through it; its constructor checks the TokenizerManager's own attributes, when
+  SGLang constructs it at startup.
+
+A check failure is a :class:`~engine_plugins.errors.StartupError` naming what is missing and the
+SGLang version. Tests build :class:`SGLangNames` from a fake SGLang without SGLang installed.
+What each name does in SGLang, with file and line, is in ``docs/engine-notes.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, AsyncIterator, Callable, Optional
+
+from ..errors import StartupError
+
+SUPPORTED_VERSION = "0.5.23"
+
+# Methods of the TokenizerManager class the plugin calls or hooks.
+TOKENIZER_MANAGER_METHODS = (
+    "__init__",
+    "generate_request",
+    "_mark_state_dispatched",
+    "abort_request",
+    "pause_generation",
+    "continue_generation",
+    "update_weight_version",
+    "get_loads",
+    "config_value",
+)
+# Attributes a TokenizerManager sets on itself in __init__: checked on each instance.
+TOKENIZER_MANAGER_ATTRIBUTES = ("rid_to_state", "is_pause", "is_pause_cond", "incremental_streaming_output")
+REQ_STATE_FIELDS = ("dispatched", "abort_sent")
+# Fields of the request objects the plugin builds or reads.
+REQUEST_FIELDS = {
+    "GenerateReqInput": ("rid", "input_ids", "sampling_params", "stream", "return_logprob"),
+    "UpdateWeightVersionReqInput": ("new_version", "abort_all_requests"),
+    "PauseGenerationReqInput": ("mode",),
+    "ContinueGenerationReqInput": (),
+}
+HTTP_SERVER_NAMES = ("app", "get_global_state", "launch_server")
+
+
+@dataclass
+class SGLangNames:
+    """The SGLang names the plugin uses; built from the real SGLang or from a fake."""
+
+    version: str
+    http_server: ModuleType
+    """``sglang.srt.entrypoints.http_server``: ``app``, ``get_global_state``, ``launch_server``."""
+    TokenizerManager: type
+    ReqState: type
+    LoadSnapshot: type
+    GenerateReqInput: type
+    UpdateWeightVersionReqInput: type
+    PauseGenerationReqInput: type
+    ContinueGenerationReqInput: type
+    HookRegistry: Any
+    """SGLang's registry of method hooks; it applies them after every plugin has loaded."""
+    HookType: Any
+    serving: Callable[[], Any]
+    """SGLang's ``get_serving()`` config bag: ``api_key``, ``admin_api_key``."""
+    deterministic_inference: Callable[[], bool]
+    """Whether the server runs with ``--enable-deterministic-inference`` (seeds are honoured)."""
+    admin_optional: Any = None
+    """``AuthLevel.ADMIN_OPTIONAL``, set on the contract's endpoints for SGLang's key middleware."""
+    health_check_prefix: str = "HEALTH_CHECK"
+
+    @property
+    def app(self) -> Any:
+        """SGLang's module-level FastAPI app."""
+        return self.http_server.app
+
+    def tokenizer_manager(self) -> Optional[Any]:
+        """The TokenizerManager serving this process, None until SGLang has built it."""
+        state = self.http_server.get_global_state()
+        return None if state is None else getattr(state, "tokenizer_manager", None)
+
+    def api_keys(self) -> list[str]:
+        """Keys the contract accepts, by SGLang's ADMIN_OPTIONAL rule: the admin key when one is
+        set, otherwise the API key, otherwise none."""
+        serving = self.serving()
+        admin, key = getattr(serving, "admin_api_key", None), getattr(serving, "api_key", None)
+        return [admin] if admin else [key] if key else []
+
+    # --- hooks, through SGLang's own registry (so that SGLang's log names the plugin) ----------
+
+    def hook_tokenizer_manager(self, method: str, hook: Callable, kind: str = "AROUND") -> None:
+        """Register *hook* on ``TokenizerManager.<method>`` (``AROUND``: ``hook(original, self, ...)``;
+        ``AFTER``: ``hook(result, self, ...)``)."""
+        cls = self.TokenizerManager
+        self.HookRegistry.register(f"{cls.__module__}.{cls.__qualname__}.{method}", hook, getattr(self.HookType, kind))
+
+    def tokenizer_manager_method(self, method: str) -> Any:
+        """``TokenizerManager.<method>`` as the class holds it now (hooked or not)."""
+        return getattr(self.TokenizerManager, method, None)
+
+    def hook_launch_server(self, hook: Callable) -> None:
+        """Register an AROUND *hook* on ``http_server.launch_server``: ``hook(original, server_args, ...)``."""
+        self.HookRegistry.register(f"{self.http_server.__name__}.launch_server", hook, self.HookType.AROUND)
+
+    @staticmethod
+    def tokenizer_worker_num(server_args: Any) -> int:
+        """``--tokenizer-worker-num`` of the server about to launch."""
+        return getattr(server_args, "tokenizer_worker_num", 1) or 1
+
+    # --- the objects SGLang hands to the hooks --------------------------------------------------
+
+    @staticmethod
+    def request_rid(obj: Any) -> Any:
+        """A ``GenerateReqInput``'s rid: a string, or a list for a batch."""
+        return obj.rid
+
+    @staticmethod
+    def wants_logprobs(obj: Any) -> bool:
+        """Whether a ``GenerateReqInput`` asked for logprobs."""
+        return bool(getattr(obj, "return_logprob", False))
+
+    @staticmethod
+    def state_dispatched(state: Any) -> bool:
+        """Whether a ``ReqState`` has been sent to the scheduler."""
+        return bool(getattr(state, "dispatched", False))
+
+    @staticmethod
+    def pause_mode(obj: Any) -> Optional[str]:
+        """A ``PauseGenerationReqInput``'s mode: ``abort``, ``retract`` or ``in_place``."""
+        return getattr(obj, "mode", None)
+
+
+def load_names() -> SGLangNames:
+    """Import the SGLang names the plugin uses from the installed SGLang and check them."""
+    try:
+        import sglang
+        from sglang.srt.entrypoints import http_server
+        from sglang.srt.managers import io_struct, load_snapshot
+        from sglang.srt.managers import tokenizer_manager as tm_module
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+        from sglang.srt.runtime_context import get_exec, get_serving
+        from sglang.srt.utils.auth import AuthLevel
+    except ImportError as exc:
+        raise StartupError(
+            f"engine_plugins: SGLang {_installed_version()} lacks a module the plugin needs ({exc}); "
+            f"the plugin supports SGLang {SUPPORTED_VERSION}"
+        ) from exc
+    try:
+        from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
+    except ImportError:
+        HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
+
+    def deterministic() -> bool:
+        return bool(get_exec().deterministic.enable_deterministic_inference)
+
+    names = SGLangNames(
+        version=getattr(sglang, "__version__", "unknown"),
+        http_server=http_server,
+        TokenizerManager=tm_module.TokenizerManager,
+        ReqState=tm_module.ReqState,
+        LoadSnapshot=load_snapshot.LoadSnapshot,
+        GenerateReqInput=io_struct.GenerateReqInput,
+        UpdateWeightVersionReqInput=io_struct.UpdateWeightVersionReqInput,
+        PauseGenerationReqInput=io_struct.PauseGenerationReqInput,
+        ContinueGenerationReqInput=io_struct.ContinueGenerationReqInput,
+        HookRegistry=HookRegistry,
+        HookType=HookType,
+        serving=get_serving,
+        deterministic_inference=deterministic,
+        admin_optional=AuthLevel.ADMIN_OPTIONAL,
+        health_check_prefix=HEALTH_CHECK_RID_PREFIX,
+    )
+    check_names(names)
+    return names
+
+
+def check_names(names: SGLangNames) -> None:
+    """Raise :class:`StartupError` naming the SGLang version and every name that is missing."""
+    cls = names.TokenizerManager
+    missing = [f"TokenizerManager.{name}" for name in TOKENIZER_MANAGER_METHODS if not hasattr(cls, name)]
+    state_fields = _fields(names.ReqState)
+    missing += [f"ReqState.{name}" for name in REQ_STATE_FIELDS if name not in state_fields]
+    for class_name, wanted in REQUEST_FIELDS.items():
+        fields = _fields(getattr(names, class_name))
+        missing += [f"{class_name}.{name}" for name in wanted if name not in fields]
+    missing += [f"http_server.{name}" for name in HTTP_SERVER_NAMES if not hasattr(names.http_server, name)]
+    if not callable(getattr(names.LoadSnapshot, "to_dict", None)):
+        missing.append("LoadSnapshot.to_dict")
+    for name in ("register", "apply_hooks"):
+        if not callable(getattr(names.HookRegistry, name, None)):
+            missing.append(f"HookRegistry.{name}")
+    missing += [f"HookType.{kind}" for kind in ("AROUND", "AFTER") if not hasattr(names.HookType, kind)]
+    if missing:
+        raise _missing(names.version, missing)
+
+
+class SGLangEngine:
+    """One SGLang TokenizerManager, through the names the plugin uses.
+
+    Constructed when SGLang constructs the TokenizerManager (or on first use), it checks the
+    attributes a TokenizerManager sets on itself, which a class cannot show.
+    """
+
+    def __init__(self, names: SGLangNames, tm: Any) -> None:
+        missing = [f"TokenizerManager.{a}" for a in TOKENIZER_MANAGER_ATTRIBUTES if not hasattr(tm, a)]
+        if missing:
+            raise _missing(names.version, missing)
+        self.names = names
+        self.tm = tm
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def generate(self, rid: str, input_ids: list[int], sampling_params: dict) -> AsyncIterator[dict]:
+        """SGLang's ``generate_request`` for token ids, streamed, with logprobs."""
+        obj = self.names.GenerateReqInput(
+            input_ids=list(input_ids), sampling_params=sampling_params, rid=rid, stream=True, return_logprob=True
+        )
+        return self.tm.generate_request(obj, None)
+
+    def incremental_streaming(self) -> bool:
+        """Whether stream chunks are deltas (``--incremental-streaming-output``)."""
+        return bool(self.tm.incremental_streaming_output)
+
+    def rids(self) -> list[str]:
+        """The rids whose state SGLang holds."""
+        return list(self.tm.rid_to_state)
+
+    def replace_request_states(self, make: Callable[[dict], dict]) -> None:
+        """Swap ``rid_to_state`` for ``make(rid_to_state)`` (a dict that reports changes)."""
+        self.tm.rid_to_state = make(self.tm.rid_to_state)
+
+    def abort(self, rid: str) -> None:
+        """SGLang's abort of *rid*, sent even if one was sent before: SGLang sends one abort per
+        request state, and one sent while the request was held reached a scheduler that did not
+        know it yet."""
+        state = self.tm.rid_to_state.get(rid)
+        if state is not None:
+            state.abort_sent = False
+        self.tm.abort_request(rid)
+
+    def weight_version(self) -> str:
+        """The version SGLang stamps on new tokens."""
+        return str(self.tm.config_value("weight_version"))
+
+    async def set_weight_version(self, version: str) -> None:
+        """SGLang's version update, without its abort of every request."""
+        await self.tm.update_weight_version(
+            self.names.UpdateWeightVersionReqInput(new_version=version, abort_all_requests=False)
+        )
+
+    async def rank_loads(self) -> list[dict]:
+        """SGLang's ``/v1/loads`` figures per DP rank, every field kept."""
+        return [load.to_dict(None) for load in await self.tm.get_loads()]
+
+    # --- pause ------------------------------------------------------------------------------
+
+    async def pause_generation(self, mode: str) -> None:
+        """SGLang's ``pause_generation`` in *mode* (``in_place`` or ``retract``)."""
+        await self.tm.pause_generation(self.names.PauseGenerationReqInput(mode=mode))
+
+    async def continue_generation(self) -> None:
+        """SGLang's ``continue_generation``: opens the pause gate and restarts the scheduler."""
+        await self.tm.continue_generation(self.names.ContinueGenerationReqInput())
+
+    async def close_pause_gate(self) -> None:
+        """Hold new requests at the TokenizerManager's pause gate, leaving the scheduler running."""
+        async with self.tm.is_pause_cond:
+            self.tm.is_pause = True
+
+    def aborted_before_dispatch(self, obj: Any) -> dict:
+        """The answer SGLang gives for a request aborted in its waiting queue, for one the plugin
+        ended before it reached the scheduler: no tokens, ``finish_reason`` abort."""
+        meta_info: dict[str, Any] = {
+            "id": obj.rid,
+            "finish_reason": {"type": "abort", "message": "Aborted before it reached the scheduler"},
+            "weight_version": self.tm.config_value("weight_version"),
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "cached_tokens": 0,
+            "weight_versions": [],
+        }
+        if self.names.wants_logprobs(obj):
+            meta_info.update(input_token_logprobs=[], output_token_logprobs=[], output_token_logprobs_length=0)
+        return {"text": "", "output_ids": [], "meta_info": meta_info}
+
+
+def _fields(cls: Any) -> set[str]:
+    """The field names of a dataclass or msgspec struct (SGLang uses both)."""
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return set(getattr(cls, "__struct_fields__", ()) or ())
+
+
+def _missing(version: str, missing: list[str]) -> StartupError:
+    return StartupError(
+        f"engine_plugins: SGLang {version} lacks what the plugin needs: {', '.join(missing)}; "
+        f"the plugin supports SGLang {SUPPORTED_VERSION}"
+    )
+
+
+def _installed_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("sglang")
+    except Exception:
+        return "(not installed)"

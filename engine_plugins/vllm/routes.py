@@ -1,0 +1,57 @@
+"""Mount the contract's routes on vLLM's API server, in place of vLLM's routes with the same path
+and method (its dev-mode RL routes share five of them).
+
+vLLM itself moves an endpoint plugin's routes in front of the earlier routes they replace, after
+``attach_router``; here the plugin only includes its router, drops the routes whose vLLM
+counterparts are to be kept, and reports what happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter
+
+
+@dataclass
+class MountReport:
+    """What mounting did: ``(METHOD, path)`` pairs added, replacing vLLM's, and kept as vLLM's."""
+
+    added: list[tuple[str, str]] = field(default_factory=list)
+    replaced: list[tuple[str, str]] = field(default_factory=list)
+    kept_native: list[tuple[str, str]] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """Human-readable lines for the startup log (kept routes are warnings: see :meth:`warnings`)."""
+        return [f"engine_plugins: adding {m} {p}" for m, p in self.added] + [
+            f"engine_plugins: the contract's {m} {p} replaces vLLM's own route" for m, p in self.replaced
+        ]
+
+    def warnings(self) -> list[str]:
+        """Lines for the routes where vLLM's own route is kept and the contract is not served."""
+        return [
+            f"engine_plugins: keeping vLLM's own {m} {p} (ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES=0); "
+            "the contract is not served there"
+            for m, p in self.kept_native
+        ]
+
+
+def mount(app: Any, router: APIRouter, replace_native: bool = True) -> MountReport:
+    """Include *router* in vLLM's *app*; where vLLM serves the same method and path, the contract's
+    route replaces it (vLLM does the replacing), or with *replace_native* false is left out."""
+    report = MountReport()
+    native = {(m, getattr(r, "path", "")) for r in app.routes for m in (getattr(r, "methods", None) or ())}
+    kept = []
+    for route in router.routes:
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if (method, route.path) not in native:
+                report.added.append((method, route.path))
+            elif replace_native:
+                report.replaced.append((method, route.path))
+            else:
+                report.kept_native.append((method, route.path))
+                kept.append(route)
+    router.routes = [r for r in router.routes if r not in kept]
+    app.include_router(router)
+    return report
