@@ -1,4 +1,5 @@
-"""Fixtures for the client tests: stub fleets, native fakes, and servers that fail, hang or hang up."""
+"""Fixtures for the client tests: stub fleets, the engines' fakes without the plugin (their native
+routes), and servers that fail, hang or hang up."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import contextlib
 
 import pytest
 
-from .fakes import FakeEngine, failing_app, sglang_app, vllm_dev_app
-from .servers import raw_socket_server, serve_app, stub_process
+from .servers import failing_app, native_server, raw_socket_server, serve_app, stub_process
 
 KEY = "client-test-key"
 
@@ -56,36 +56,36 @@ def unreachable_url():
     return f"http://127.0.0.1:{free_port()}"
 
 
-@pytest.fixture
-def fake_sglang():
-    """SGLang 0.5.23's own routes (no plugin): (url, engine)."""
-    engine = FakeEngine()
-    with serve_app(sglang_app(engine)) as url:
-        yield url, engine
+# Slow enough steps that a generation outlives the test's arranging on a busy machine.
+NATIVE_STEP_S = "0.01"
 
 
 @pytest.fixture
-def fake_sglang_legacy():
-    """An older SGLang with /get_load instead of /v1/loads: (url, engine)."""
-    engine = FakeEngine()
-    with serve_app(sglang_app(engine, legacy_loads=True)) as url:
-        yield url, engine
+def fake_sglang(tmp_path):
+    """SGLang 0.5.23's own routes (no plugin)."""
+    with native_server(tmp_path, "sglang", "--step-s", NATIVE_STEP_S) as server:
+        yield server
 
 
 @pytest.fixture
-def fake_vllm():
-    """vLLM 0.32 with VLLM_SERVER_DEV_MODE=1 and no plugin: (url, engine)."""
-    engine = FakeEngine()
-    with serve_app(vllm_dev_app(engine)) as url:
-        yield url, engine
+def fake_sglang_legacy(tmp_path):
+    """An older SGLang with /get_load instead of /v1/loads."""
+    with native_server(tmp_path, "sglang", "--step-s", NATIVE_STEP_S, "--legacy-loads") as server:
+        yield server
 
 
 @pytest.fixture
-def fake_vllm_no_dev():
+def fake_vllm(tmp_path):
+    """vLLM 0.32 with VLLM_SERVER_DEV_MODE=1 and no plugin."""
+    with native_server(tmp_path, "vllm", "--step-s", NATIVE_STEP_S, "--dev-mode") as server:
+        yield server
+
+
+@pytest.fixture
+def fake_vllm_no_dev(tmp_path):
     """vLLM 0.32 without dev mode and without the plugin: no control routes."""
-    engine = FakeEngine()
-    with serve_app(vllm_dev_app(engine, dev_mode=False)) as url:
-        yield url
+    with native_server(tmp_path, "vllm", "--step-s", NATIVE_STEP_S) as server:
+        yield server
 
 
 @pytest.fixture

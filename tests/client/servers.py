@@ -1,5 +1,6 @@
-"""Real HTTP servers on loopback for the client tests: stub engines in their own processes, small
-apps served by uvicorn in a thread, and sockets that hang or hang up."""
+"""Real HTTP servers on loopback for the client tests: stub engines and the engines' fakes without
+the plugin in their own processes, a failing app served by uvicorn in a thread, and sockets that
+hang or hang up."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import contextlib
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
+import httpx
 import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 
 from targets import ServerProcess, free_port, module_server
 
@@ -23,6 +28,35 @@ def stub_process(tmp_dir: Path, *args: str, api_key: Optional[str] = None) -> It
     key_args = ("--api-key", api_key) if api_key else ()
     with module_server(tmp_dir, "engine_plugins.stub", *key_args, *args, startup_s=STARTUP_S) as server:
         yield server
+
+
+@dataclass
+class NativeServer:
+    """An engine's fake serving the engine's own routes, without the plugin."""
+
+    url: str
+
+    def calls(self) -> list[tuple[str, Any]]:
+        """``(route, body)`` of every call the engine's control routes received, in order."""
+        return [tuple(call) for call in httpx.get(self.url + "/fake/calls", timeout=30).json()]
+
+
+@contextlib.contextmanager
+def native_server(tmp_dir: Path, engine: str, *args: str) -> Iterator[NativeServer]:
+    """``fakes.sglang`` or ``fakes.vllm`` with ``--no-plugin`` on a free loopback port; always stopped."""
+    with module_server(tmp_dir, f"fakes.{engine}", "--no-plugin", *args, startup_s=STARTUP_S) as server:
+        yield NativeServer(server.url)
+
+
+def failing_app() -> FastAPI:
+    """Answers 500 to everything, as a server whose engine died."""
+    app = FastAPI()
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def everything(path: str):
+        return JSONResponse({"error": {"message": "engine core died", "type": "internal_error"}}, status_code=500)
+
+    return app
 
 
 @contextlib.contextmanager

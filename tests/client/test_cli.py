@@ -81,11 +81,11 @@ def test_pause_resume_and_version(stub_fleet, capsys):
 
 
 def test_native_servers_through_the_cli(fake_sglang, fake_vllm, capsys):
-    code, data = run_json(capsys, "abort", fake_sglang[0], fake_vllm[0], "--wait", "--timeout", "10")
+    code, data = run_json(capsys, "abort", fake_sglang.url, fake_vllm.url, "--wait", "--timeout", "10")
     assert code == 0
     assert [s["api"].split()[0] for s in data["servers"]] == ["SGLang", "vLLM"]
-    code, data = run_json(capsys, "version", fake_sglang[0], "n1")
-    assert code == 0 and fake_sglang[1].calls[-1] == ("/update_weight_version", {"new_version": "n1", "abort_all_requests": False})
+    code, data = run_json(capsys, "version", fake_sglang.url, "n1")
+    assert code == 0 and fake_sglang.calls()[-1] == ("/update_weight_version", {"new_version": "n1", "abort_all_requests": False})
 
 
 @pytest.mark.parametrize("argv", [
@@ -162,5 +162,5 @@ def test_demo_against_the_stub(stub_fleet, capsys):
 
 
 def test_demo_against_a_server_without_the_contract_fails_clearly(fake_vllm, capsys):
-    assert main(["demo", "--url", fake_vllm[0]]) == exit_codes.FAILED
+    assert main(["demo", "--url", fake_vllm.url]) == exit_codes.FAILED
     assert "needs the engine-plugins contract" in capsys.readouterr().err
