@@ -90,7 +90,7 @@ ENV_VARS: tuple[str, ...] = tuple(var for var, _ in _PARSERS.values())
 
 # Read by the set-up scripts and test tooling, not by the plugins; known here so that setting
 # them is not mistaken for a typo.
-TOOLING_VARS: tuple[str, ...] = ("ENGINE_PLUGINS_ENGINES_DIR", "ENGINE_PLUGINS_PYTHON")
+TOOLING_VARS: tuple[str, ...] = ("ENGINE_PLUGINS_ENGINES_DIR", "ENGINE_PLUGINS_PYTHON", "ENGINE_PLUGINS_CPU_PROFILE")
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:

@@ -144,13 +144,14 @@ def main() -> None:
     args = parser.parse_args()
     extra = dict(item.split("=", 1) for item in args.env)
     ensure_engine(args.engine, REPO)
+    client_cores = cpu.PROFILES[args.profile].place_client()
     key = "contention-key"
     server = EngineServer(args.engine, REPO, api_key=key, env=extra, cpu_profile=args.profile)
     with server:
         rounds = [asyncio.run(one_round(server.url, key, args.requests, args.tokens, server.process.pid, args.hold_s))
                   for _ in range(args.rounds)]
         binding = [line.strip() for line in server.log_tail(400).splitlines() if "OpenMP" in line or "core ids" in line]
-    print(json.dumps({"engine": args.engine, "profile": args.profile, "env": extra, "startup_s": round(server.startup_seconds, 1),
+    print(json.dumps({"engine": args.engine, "profile": args.profile, "env": extra, "client_cores": sorted(client_cores or []), "startup_s": round(server.startup_seconds, 1),
                       "binding_log": binding[:4], "rounds": rounds}, indent=1))
 
 

@@ -17,7 +17,6 @@ Typical fixture::
 from __future__ import annotations
 
 import atexit
-import functools
 import glob
 import os
 import signal
@@ -384,19 +383,19 @@ class EngineServer:
         started = time.monotonic()
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(self.command())}\n".encode())
-            log.write(f"[EngineServer] CPU profile {self.cpu_profile_name}: {self.cpu_profile.environment(self.engine)} "
-                      f"niceness {self.cpu_profile.niceness}\n".encode())
+            profile = self.cpu_profile
+            log.write(f"[EngineServer] CPU profile {self.cpu_profile_name}: env {profile.environment(self.engine)}, "
+                      f"cores {profile.resolve(profile.engine_cores) or 'any'}, niceness {profile.niceness}\n".encode())
             log.flush()
             # Own session: SIGTERM/SIGKILL reach the whole tree (API server, engine core, workers,
             # scheduler, detokenizer) through the process group, and a Ctrl-C in the test
             # terminal does not hit the server mid-shutdown.
-            # Niced: on two cores a generating engine's busy threads starve everything else, the
-            # client driving it included (stalls of seconds were seen); at a lower priority the
-            # engine still gets every idle cycle, and the client gets the CPU when it needs it.
+            # Placed by the CPU profile (priority, cores): on two cores a generating engine's busy
+            # threads can starve its own client (launcher/cpu.py, docs/cpu-tuning.md).
             self.process = subprocess.Popen(
                 self.command(), cwd=self.repo_root, env=self.environment(),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=functools.partial(os.nice, self.cpu_profile.niceness),
+                start_new_session=True, preexec_fn=self.cpu_profile.place_engine,
             )
         _running.add(self)
         try:
