@@ -1,0 +1,35 @@
+"""Only the product ships: the wheel built from this checkout holds the package and no test code
+(no tests/, no fakes of the engines, no engine_plugins/testing/)."""
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import zipfile
+
+from targets import REPO
+
+# Made by builds, editable installs and test runs; none of it is source.
+NOT_SOURCE = (".git", ".venv", ".engines", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis")
+
+
+def _build_wheel(tmp_path) -> zipfile.ZipFile:
+    """``pip wheel --no-deps`` of a copy of the checkout (so that the build leaves nothing in it)."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SOURCE), symlinks=True)
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", str(source), "-w", str(tmp_path / "dist")]
+    if importlib.util.find_spec("wheel") is not None:
+        cmd.insert(4, "--no-build-isolation")  # the build tools are here already: no download
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [wheel] = (tmp_path / "dist").glob("engine_plugins-*.whl")
+    return zipfile.ZipFile(wheel)
+
+
+def test_the_wheel_holds_the_package_and_no_test_code(tmp_path):
+    names = _build_wheel(tmp_path).namelist()
+    packaged = [n for n in names if ".dist-info/" not in n]
+    assert "engine_plugins/sglang/plugin.py" in packaged and "engine_plugins/vllm/plugin.py" in packaged
+    assert all(n.startswith("engine_plugins/") for n in packaged), [n for n in packaged if not n.startswith("engine_plugins/")]
+    test_code = [n for n in packaged if "/testing/" in n or "fakes" in n or "/tests/" in n or n.split("/")[-1].startswith("test_")]
+    assert test_code == [], test_code
