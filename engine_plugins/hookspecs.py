@@ -13,7 +13,8 @@ route's answer; None lets the next implementation answer. So a plugin can:
   the result.
 
 The engine's own answers (:mod:`engine_plugins.default_hooks`) are ``trylast`` implementations
-registered like any plugin. Every hook receives ``control``, the engine's
+registered like any plugin, before the others (so a plugin's own ``trylast`` implementation comes
+after the engine's, and is never reached). Every hook receives ``control``, the engine's
 :class:`~engine_plugins.control.RolloutControl` (ready: a hook is not called while the engine is
 not, the route answers 503), and ``http_request``, the HTTP request (a Starlette ``Request``) that
 led to the call, or None when nothing did.

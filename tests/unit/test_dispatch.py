@@ -30,6 +30,8 @@ async def test_implementations_are_asked_in_pluggys_order_until_one_answers():
     async with stub_app(plugins) as stub:
         assert await stub.ok("is_paused") == {"is_paused": True, "mode": "keep"}
     assert asked == ["first", "newer", "older"]
+    order = [impl.plugin_name for impl in reversed(stub.app.state.plugin_stack.pm.hook.is_paused.get_hookimpls())]
+    assert order == ["first", "newer", "older", "engine", "last"], "a plugin's trylast comes after the engine's"
 
 
 async def test_every_implementation_deferring_is_a_501():
