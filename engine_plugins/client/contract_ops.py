@@ -1,19 +1,26 @@
 """The operations over the contract (this package's plugin on either engine, or the stub).
 
-Waiting for idle is event-driven on the server (``abort_requests`` with ``wait``); the client
-only re-aborts when requests arrived after an abort.
+Every answer is read with the contract's own response models (:mod:`engine_plugins.schema`);
+one that does not fit is a ``protocol`` failure naming the field. Waiting for idle is
+event-driven on the server (``abort_requests`` with ``wait``); the client only re-aborts when
+requests arrived after an abort.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
-from .errors import ServerError
-from .loads import Load, LoadParseError, parse_loads
+from pydantic import BaseModel, ValidationError
+
+from ..schema import AbortResult, LoadsResult, PartialGenerateResult, PauseState, UpdateWeightVersionResult
+from .errors import ServerError, answer_problems
+from .loads import Load, load_from_contract
 from .polling import Backoff, Deadline
 from .results import AbortOutcome, PauseOutcome, Progress, VersionOutcome
 from .transport import Transport
+
+Answer = TypeVar("Answer", bound=BaseModel)
 
 # The server's own wait ends this much before our deadline, so that its answer still arrives.
 ANSWER_MARGIN_S = 0.25
@@ -25,13 +32,17 @@ class ContractOps:
     def __init__(self, transport: Transport) -> None:
         self.t = transport
 
-    async def loads(self, timeout_s: float) -> Load:
-        """``GET /v1/loads``, parsed."""
-        data = await self.t.call("GET", "/v1/loads", timeout_s=timeout_s)
+    async def _call(self, model: type[Answer], method: str, path: str, body: Any = None, **kwargs: Any) -> Answer:
+        """Call a contract route and read its answer as *model*."""
+        data = await self.t.call(method, path, body, **kwargs)
         try:
-            return parse_loads(data)
-        except LoadParseError as exc:
-            raise ServerError(self.t.url, "protocol", f"GET /v1/loads: {exc}") from None
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise ServerError(self.t.url, "protocol", f"{method} {path}: not the contract's answer ({answer_problems(exc)})") from None
+
+    async def loads(self, timeout_s: float) -> Load:
+        """``GET /v1/loads``."""
+        return load_from_contract(await self._call(LoadsResult, "GET", "/v1/loads", timeout_s=timeout_s))
 
     async def abort(self, request_ids: Optional[list[str]], wait: bool, timeout_s: float) -> AbortOutcome:
         """``POST /abort_requests``; with *wait* the server waits (up to *timeout_s*) for release."""
@@ -41,10 +52,9 @@ class ContractOps:
         if wait:
             body["timeout_s"] = max(timeout_s - ANSWER_MARGIN_S, timeout_s * 0.8)
             http_timeout = timeout_s + ANSWER_MARGIN_S
-        r = await self.t.call("POST", "/abort_requests", body, timeout_s=http_timeout)
+        r = await self._call(AbortResult, "POST", "/abort_requests", body, timeout_s=http_timeout)
         return AbortOutcome(
-            aborted=r["aborted"], in_flight=r["in_flight"], idle=r["idle"], timed_out=bool(r.get("timed_out")),
-            seconds=time.monotonic() - started,
+            aborted=r.aborted, in_flight=r.in_flight, idle=r.idle, timed_out=r.timed_out, seconds=time.monotonic() - started
         )
 
     async def drain(self, deadline: Deadline, progress: Progress) -> AbortOutcome:
@@ -61,45 +71,41 @@ class ContractOps:
             rounds += 1
             progress(self.t.url, "aborting", in_flight)
             wait_s = max(remaining - ANSWER_MARGIN_S, remaining * 0.8)
-            r = await self.t.call(
-                "POST", "/abort_requests", {"wait": True, "timeout_s": wait_s}, timeout_s=remaining
-            )
-            aborted += r["aborted"]
-            in_flight = r["in_flight"]
-            if r["idle"]:
+            r = await self._call(AbortResult, "POST", "/abort_requests", {"wait": True, "timeout_s": wait_s}, timeout_s=remaining)
+            aborted += r.aborted
+            in_flight = r.in_flight
+            if r.idle:
                 progress(self.t.url, "idle", 0)
                 return AbortOutcome(aborted, 0, True, False, rounds, time.monotonic() - started)
             # Requests arrived after the abort (or did not release in time): abort again.
             progress(self.t.url, "waiting", in_flight)
-            if not r.get("timed_out"):
+            if not r.timed_out:
                 await backoff.sleep(deadline)
 
     async def update_weight_version(self, new_version: str, abort_all: bool, timeout_s: float) -> VersionOutcome:
         """``POST /update_weight_version`` with ``abort_all_requests`` always explicit."""
-        r = await self.t.call(
-            "POST", "/update_weight_version", {"new_version": new_version, "abort_all_requests": abort_all}, timeout_s=timeout_s
+        r = await self._call(
+            UpdateWeightVersionResult,
+            "POST", "/update_weight_version", {"new_version": new_version, "abort_all_requests": abort_all}, timeout_s=timeout_s,
         )
-        return VersionOutcome(r["new_version"], r.get("previous_version"), r.get("aborted"))
+        return VersionOutcome(r.new_version, r.previous_version, r.aborted)
 
     async def pause(self, mode: str, timeout_s: float) -> PauseOutcome:
         """``POST /pause`` in *mode* (``abort`` or ``keep``)."""
-        return _pause_state(await self.t.call("POST", "/pause", {"mode": mode}, timeout_s=timeout_s))
+        return _pause_outcome(await self._call(PauseState, "POST", "/pause", {"mode": mode}, timeout_s=timeout_s))
 
     async def resume(self, timeout_s: float) -> PauseOutcome:
         """``POST /resume``."""
-        return _pause_state(await self.t.call("POST", "/resume", timeout_s=timeout_s))
+        return _pause_outcome(await self._call(PauseState, "POST", "/resume", timeout_s=timeout_s))
 
     async def is_paused(self, timeout_s: float) -> PauseOutcome:
         """``GET /is_paused``."""
-        return _pause_state(await self.t.call("GET", "/is_paused", timeout_s=timeout_s))
+        return _pause_outcome(await self._call(PauseState, "GET", "/is_paused", timeout_s=timeout_s))
 
-    async def partial_generate(self, body: dict, timeout_s: Optional[float]) -> dict:
+    async def partial_generate(self, body: dict, timeout_s: Optional[float]) -> PartialGenerateResult:
         """``POST /partial_generate``; the answer as the contract defines it."""
-        r = await self.t.call("POST", "/partial_generate", body, timeout_s=timeout_s)
-        if not isinstance(r, dict) or "output_ids" not in r:
-            raise ServerError(self.t.url, "protocol", f"POST /partial_generate: unexpected answer {str(r)[:120]}")
-        return r
+        return await self._call(PartialGenerateResult, "POST", "/partial_generate", body, timeout_s=timeout_s)
 
 
-def _pause_state(r: dict) -> PauseOutcome:
-    return PauseOutcome(bool(r["is_paused"]), r.get("mode"))
+def _pause_outcome(state: PauseState) -> PauseOutcome:
+    return PauseOutcome(state.is_paused, state.mode)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
+from pydantic import ValidationError
+
 FailureKind = Literal["unreachable", "timeout", "disconnected", "unauthorized", "not_found", "http", "protocol", "unsupported"]
 
 
@@ -20,3 +22,8 @@ class ServerError(Exception):
         self.kind = kind
         self.message = message
         self.status = status
+
+
+def answer_problems(exc: ValidationError) -> str:
+    """What in an answer does not fit the contract's model, field by field."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'answer'}: {e['msg']}" for e in exc.errors())

@@ -1,9 +1,10 @@
 """One parser for every load answer RL frameworks meet: running, waiting and total requests.
 
-Accepted shapes (field-notes.md section 4, engine-internals.md "GET /v1/loads"):
+Accepted shapes (the engines' own in ``docs/engine-notes.md``):
 
 - the contract's ``GET /v1/loads``: SGLang's shape plus ``in_flight``, ``paused``,
-  ``weight_version`` and ``engine``;
+  ``weight_version`` and ``engine``, read with the contract's model
+  (:class:`engine_plugins.schema.LoadsResult`);
 - SGLang's native ``GET /v1/loads``: ``{"loads": [{"dp_rank", "num_running_reqs",
   "num_waiting_reqs", ...}], "aggregate"?: {...}}`` (0.5.23 has no ``aggregate``; newer ones do);
 - SGLang's legacy ``GET /get_load``: a list of ``{"dp_rank", "num_reqs", "num_waiting_reqs",
@@ -18,6 +19,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
+
+from pydantic import ValidationError
+
+from ..schema import LoadsResult
+from .errors import answer_problems
 
 
 class LoadParseError(ValueError):
@@ -73,28 +79,36 @@ def parse_loads(data: Any) -> Load:
         raise LoadParseError(f"expected a JSON object or list of ranks, got {type(data).__name__}")
     if "server_load" in data and "loads" not in data:
         raise LoadParseError("vLLM's /load counts HTTP requests, not running/waiting requests; use /metrics")
+    if "in_flight" in data and "engine" in data:
+        try:
+            return load_from_contract(LoadsResult.model_validate(data))
+        except ValidationError as exc:
+            raise LoadParseError(f"not the contract's loads ({answer_problems(exc)})") from None
     if not isinstance(data.get("loads"), list):
         raise LoadParseError(f"no 'loads' list in the answer (keys: {sorted(data)[:8]})")
-    contract = "in_flight" in data and "engine" in data
-    load = _sum_ranks(data["loads"], "contract" if contract else "sglang")
+    load = _sum_ranks(data["loads"], "sglang")
     aggregate = data.get("aggregate")
     if isinstance(aggregate, Mapping) and {"total_running_reqs", "total_waiting_reqs"} <= set(aggregate):
         # Prefer the server's own sums when it sends them.
         running, waiting = _int(aggregate, "total_running_reqs"), _int(aggregate, "total_waiting_reqs")
         total = _int(aggregate, "total_reqs") if "total_reqs" in aggregate else running + waiting
         load = Load(running, waiting, total, load.ranks, load.source)
-    if not contract:
-        return load
+    return load
+
+
+def load_from_contract(result: LoadsResult) -> Load:
+    """A :class:`Load` from the contract's ``GET /v1/loads`` answer: its own sums and view."""
+    agg = result.aggregate
     return Load(
-        load.running,
-        load.waiting,
-        load.total,
-        load.ranks,
+        agg.total_running_reqs,
+        agg.total_waiting_reqs,
+        agg.total_reqs,
+        len(result.loads),
         "contract",
-        in_flight=_int(data, "in_flight"),
-        paused=bool(data.get("paused")),
-        weight_version=str(data.get("weight_version")),
-        engine=str(data.get("engine")),
+        in_flight=result.in_flight,
+        paused=result.paused,
+        weight_version=result.weight_version,
+        engine=result.engine,
     )
 
 

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+from ..schema import PartialGenerateResult
 from .errors import ServerError
 from .server import ServerClient
 
@@ -76,15 +77,13 @@ class Rollout:
             counts[version] = counts.get(version, 0) + 1
         return counts
 
-    def absorb(self, result: dict) -> int:
+    def absorb(self, result: PartialGenerateResult) -> int:
         """Append one ``/partial_generate`` answer's tokens, logprobs and versions; returns how many."""
-        ids, logprobs = list(result["output_ids"]), list(result["output_logprobs"])
-        if len(logprobs) != len(ids):
-            raise ValueError(f"{len(ids)} output ids but {len(logprobs)} logprobs")
+        ids, logprobs = list(result.output_ids), list(result.output_logprobs)
         versions = ["unknown"] * len(ids)
-        for span in result.get("weight_versions") or []:
-            for i in range(max(span["start"], 0), min(span["end"], len(ids))):
-                versions[i] = span["version"]
+        for span in result.weight_versions:
+            for i in range(max(span.start, 0), min(span.end, len(ids))):
+                versions[i] = span.version
         self.output_ids += ids
         self.output_logprobs += logprobs
         self.token_versions += versions
@@ -151,7 +150,7 @@ async def _attempt(rollout: Rollout, server: ServerClient, params: dict, rid: st
     except ServerError as exc:
         return Attempt(server.url, rid, 0, True, None, exc.message)
     added = rollout.absorb(result)
-    return Attempt(server.url, rid, added, bool(result["cancelled"]), result["finish_reason"])
+    return Attempt(server.url, rid, added, result.cancelled, result.finish_reason)
 
 
 async def _resumed(server: ServerClient, timeout_s: float, signal: Optional[asyncio.Event]) -> bool:

@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence, Union
 
 import httpx
 
+from ..schema import PartialGenerateResult
 from .contract_ops import ContractOps
 from .detect import Detection, Flavor, detect
 from .loads import Load
@@ -103,7 +104,7 @@ class ServerClient(HttpClientOwner):
         sampling_params: Optional[dict] = None,
         request_id: Optional[str] = None,
         timeout_s: Optional[float] = None,
-    ) -> dict:
+    ) -> PartialGenerateResult:
         """``/partial_generate``: the contract's answer (output ids, logprobs, finish reason,
         ``cancelled``, weight-version spans). *timeout_s* None waits as long as generation takes."""
         body: dict[str, Any] = {"input_ids": list(input_ids), "sampling_params": dict(sampling_params or {})}

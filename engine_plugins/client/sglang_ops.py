@@ -1,6 +1,6 @@
 """The operations over SGLang's own routes, for a server without the plugin.
 
-Wire shapes (SGLang 0.5.23, engine-internals.md section b): ``POST /abort_request`` takes
+Wire shapes (SGLang 0.5.23; ``docs/engine-notes.md``): ``POST /abort_request`` takes
 ``{"rid": str, "abort_all": bool}`` and answers a bare 200 with no count; ``GET /v1/loads`` is a
 per-rank snapshot (older versions: ``GET /get_load``); ``POST /update_weight_version`` takes
 ``{"new_version", "abort_all_requests"}`` whose default ``true`` aborts everything, so the client
@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from ..schema import PartialGenerateResult
 from .errors import ServerError
 from .loads import Load, LoadParseError, parse_loads
 from .polling import Backoff, Deadline
@@ -110,6 +111,6 @@ class SGLangOps:
         """SGLang has no /is_paused: unknown."""
         return PauseOutcome(None, None, "SGLang without the plugin has no /is_paused")
 
-    async def partial_generate(self, body: dict, timeout_s: Optional[float]) -> dict:
+    async def partial_generate(self, body: dict, timeout_s: Optional[float]) -> PartialGenerateResult:
         """Not offered natively."""
         raise ServerError(self.t.url, "unsupported", "partial generation needs the engine-plugins plugin on SGLang (pip install engine-plugins beside SGLang)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from ..schema import PartialGenerateResult
 from .errors import ServerError
 from .loads import Load, LoadParseError, parse_vllm_metrics
 from .polling import Deadline
@@ -92,6 +93,6 @@ class VLLMOps:
         r = await self.t.call("GET", "/is_paused", timeout_s=timeout_s)
         return PauseOutcome(bool(r["is_paused"]), None)
 
-    async def partial_generate(self, body: dict, timeout_s: Optional[float]) -> dict:
+    async def partial_generate(self, body: dict, timeout_s: Optional[float]) -> PartialGenerateResult:
         """Not offered natively."""
         raise ServerError(self.t.url, "unsupported", "partial generation needs the engine-plugins plugin on vLLM (VLLM_PLUGINS=engine_plugins)")

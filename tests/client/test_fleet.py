@@ -39,7 +39,7 @@ async def test_fleet_abort_until_idle_drains_every_server_and_salvages_partials(
         assert r.api == "engine-plugins contract on stub"
     for url in urls:
         assert (url, "idle", 0) in events
-        assert all(p["cancelled"] and len(p["output_ids"]) == len(p["output_logprobs"]) for p in partials[url])
+        assert all(p.cancelled and len(p.output_ids) == len(p.output_logprobs) for p in partials[url])
     assert all(r.value.idle for r in loads.results)
 
 
@@ -168,8 +168,8 @@ async def test_version_bump_keeps_in_flight_work_and_pause_keep_freezes_it(stub_
         resumed = await server.resume()
         result = await task
     assert resumed.is_paused is False
-    assert result["finish_reason"] == "length" and len(result["output_ids"]) == 300
-    assert result["weight_versions"][-1]["version"] == "v-keep"
+    assert result.finish_reason == "length" and len(result.output_ids) == 300
+    assert result.weight_versions[-1].version == "v-keep"
 
 
 async def test_version_bump_with_abort_all_aborts_in_flight(stub_fleet):
@@ -178,4 +178,4 @@ async def test_version_bump_with_abort_all_aborts_in_flight(stub_fleet):
         await wait_in_flight(server, 3)
         bumped = await server.update_weight_version("v-abort", abort_all_requests=True)
         results = await asyncio.gather(*tasks)
-    assert bumped.aborted == 3 and all(r["cancelled"] for r in results)
+    assert bumped.aborted == 3 and all(r.cancelled for r in results)

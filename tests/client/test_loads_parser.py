@@ -45,6 +45,7 @@ def test_sglang_legacy_get_load_list_num_reqs_counts_running_plus_waiting():
 
 def test_idle_needs_total_and_in_flight_zero():
     base = {"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}], "paused": True,
+            "aggregate": {"total_running_reqs": 0, "total_waiting_reqs": 0, "total_reqs": 0},
             "weight_version": "v", "engine": "stub"}
     assert parse_loads({**base, "in_flight": 0}).idle
     assert not parse_loads({**base, "in_flight": 1}).idle
@@ -57,6 +58,7 @@ def test_idle_needs_total_and_in_flight_zero():
     ([{"dp_rank": 0}], "no request counts"),
     ([{"num_reqs": -1}], "non-negative"),
     ({"loads": [{"num_running_reqs": "3"}]}, "non-negative number"),
+    ({"loads": [], "in_flight": 0, "paused": False, "weight_version": "v", "engine": "stub"}, "not the contract's loads .*aggregate"),
 ])
 def test_anything_else_is_a_clear_error(data, says):
     with pytest.raises(LoadParseError, match=says):

@@ -28,7 +28,7 @@ async def test_fleet_abort_until_idle_on_a_real_server_beside_a_dead_one(target,
     assert dead.kind == "unreachable"
     assert load.idle and load.total == 0
     for p in partials:
-        assert p["cancelled"] and len(p["output_ids"]) == len(p["output_logprobs"]) < target.long_tokens
+        assert p.cancelled and len(p.output_ids) == len(p.output_logprobs) < target.long_tokens
 
 
 async def test_rollouts_continue_from_their_tokens_across_a_version_bump(target):

@@ -1,4 +1,9 @@
-"""A thin test client for the contract, plus waiting helpers that poll with a deadline."""
+"""A thin test client for the contract, plus waiting helpers that poll with a deadline.
+
+Every answer of a contract route is read with the contract's own response models
+(:mod:`engine_plugins.schema`): an answer that does not fit fails the test. The helpers hand the
+tests the answer's JSON as sent, so that they can compare it exactly.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,21 @@ import time
 from typing import Any, Optional
 
 import httpx
+from pydantic import BaseModel
 
+from engine_plugins.schema import AbortResult, LoadsResult, PartialGenerateResult, PauseState, UpdateWeightVersionResult
 from targets import Target
+
+# The answer model of each contract route.
+ANSWERS: dict[tuple[str, str], type[BaseModel]] = {
+    ("POST", "/abort_requests"): AbortResult,
+    ("GET", "/v1/loads"): LoadsResult,
+    ("POST", "/update_weight_version"): UpdateWeightVersionResult,
+    ("POST", "/partial_generate"): PartialGenerateResult,
+    ("POST", "/pause"): PauseState,
+    ("POST", "/resume"): PauseState,
+    ("GET", "/is_paused"): PauseState,
+}
 
 # Real engines on two cores can stall a client for seconds: generous deadlines, never sleeps.
 DEADLINE_S = 60.0
@@ -33,18 +51,26 @@ class Api:
         await self.http.aclose()
 
     async def post(self, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+        """POST *body* as JSON (no body at all when None); the raw response."""
         return await self.http.post(path, json=body, **kwargs) if body is not None else await self.http.post(path, **kwargs)
 
     async def ok(self, method: str, path: str, body: Any = None, **kwargs: Any) -> dict:
-        """Call a route and return its JSON, failing the test on any status but 200."""
+        """Call a route and return its JSON, failing the test on any status but 200 and, for a
+        contract route, on an answer its model does not accept."""
         response = await (self.post(path, body, **kwargs) if method == "POST" else self.http.get(path, **kwargs))
         assert response.status_code == 200, f"{method} {path} -> {response.status_code} {response.text}"
-        return response.json()
+        data = response.json()
+        model = ANSWERS.get((method, path))
+        if model is not None:
+            model.model_validate(data)
+        return data
 
     async def loads(self) -> dict:
+        """``GET /v1/loads``."""
         return await self.ok("GET", "/v1/loads")
 
     async def generate(self, max_new_tokens: int, request_id: Optional[str] = None, **sampling: Any) -> dict:
+        """One ``/partial_generate`` to the end (``ignore_eos``), with *sampling* added."""
         body: dict[str, Any] = {
             "input_ids": [1, 15, 27, 33, 41],
             "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, **sampling},
@@ -74,29 +100,30 @@ class Api:
 
     async def wait_in_flight(self, n: int, running: bool = False) -> dict:
         """Wait until *n* requests are in flight (and all of them running, if asked)."""
-        if running:
-            return await self.wait_for(
-                f"{n} requests running", lambda l: l["in_flight"] >= n and l["aggregate"]["total_running_reqs"] >= n
-            )
-        return await self.wait_for(f"{n} requests in flight", lambda l: l["in_flight"] >= n)
+
+        def arrived(loads: dict) -> bool:
+            answer = LoadsResult.model_validate(loads)
+            return answer.in_flight >= n and (not running or answer.aggregate.total_running_reqs >= n)
+
+        return await self.wait_for(f"{n} requests {'running' if running else 'in flight'}", arrived)
 
 
 def total_reqs(loads: dict) -> int:
     """What RL frameworks read to decide idleness: the sum of num_total_reqs over ranks."""
-    return sum(rank["num_total_reqs"] for rank in loads["loads"])
+    return sum(rank.num_total_reqs for rank in LoadsResult.model_validate(loads).loads)
 
 
 def assert_partial(result: dict, max_new_tokens: int) -> None:
-    """A well-formed result: one logprob per token, spans covering exactly the output."""
-    ids, lps = result["output_ids"], result["output_logprobs"]
-    assert len(lps) == len(ids)
-    assert all(isinstance(lp, float) and lp <= 1e-4 for lp in lps)
-    assert len(ids) <= max_new_tokens
-    assert result["cancelled"] == (result["finish_reason"] == "abort")
-    spans = result["weight_versions"]
-    if ids:
-        assert spans[0]["start"] == 0 and spans[-1]["end"] == len(ids)
+    """A well-formed result: one logprob per token (the model checks it), spans covering exactly
+    the output."""
+    answer = PartialGenerateResult.model_validate(result)
+    assert all(isinstance(lp, float) and lp <= 1e-4 for lp in result["output_logprobs"]), "logprobs are JSON floats <= 0"
+    assert len(answer.output_ids) <= max_new_tokens
+    assert answer.cancelled == (answer.finish_reason == "abort")
+    spans = answer.weight_versions
+    if answer.output_ids:
+        assert spans[0].start == 0 and spans[-1].end == len(answer.output_ids)
         for a, b in zip(spans, spans[1:]):
-            assert a["end"] == b["start"] and a["version"] != b["version"]
+            assert a.end == b.start and a.version != b.version
     else:
         assert spans == []
