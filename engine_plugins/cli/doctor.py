@@ -95,7 +95,7 @@ def _check_entry_points(report: Report, environ: Mapping[str, str], installed: d
         value = ours[0].value if ours else None
         allow, var = (vllm_list, "VLLM_PLUGINS") if engine == "vllm" else (sglang_list, "SGLANG_PLUGINS")
         if allow is None:
-            # vLLM loads endpoint plugins only when VLLM_PLUGINS names them (plugins/__init__.py:122-131);
+            # vLLM loads endpoint plugins only when VLLM_PLUGINS names them (docs/engine-notes.md);
             # every other group, and SGLang's, loads everything when the allowlist is unset.
             enabled = group != "vllm.endpoint_plugins"
             why = f"{var} unset" + (": vLLM loads endpoint plugins only when named there" if not enabled else ": all plugins load")

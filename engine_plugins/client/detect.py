@@ -38,7 +38,7 @@ async def detect(transport: Transport, timeout_s: float = 10.0) -> Detection:
 
     ``GET /v1/loads`` with ``in_flight`` and ``engine`` is the contract; with only ``loads`` it is
     SGLang's own. Else ``GET /get_load`` (older SGLang), then ``GET /is_paused`` answering
-    ``{"is_paused": bool}`` (vLLM's ``rl/online/api_router.py``, mounted with
+    ``{"is_paused": bool}`` (vLLM's dev-mode RL routes, mounted with
     ``VLLM_SERVER_DEV_MODE=1``). Raises :class:`ServerError` when the server cannot be reached,
     refuses the key, or speaks none of them (the message says what to install or set).
     """

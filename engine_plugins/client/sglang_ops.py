@@ -60,7 +60,7 @@ class SGLangOps:
         await self._abort_once(request_ids, timeout_s)
         note = NO_COUNT
         if request_ids:
-            # Scheduler side: req.rid.startswith(recv_req.rid) (scheduler.py:5675-5813).
+            # SGLang's scheduler matches rids by prefix (docs/engine-notes.md).
             note += "; SGLang also aborts every request whose id starts with one of these ids"
             if wait:
                 note += "; it cannot say when given ids are released, so this did not wait"

@@ -1,9 +1,9 @@
 """The operations over vLLM's native RL routes (``VLLM_SERVER_DEV_MODE=1``), without the plugin.
 
-Wire shapes (vLLM 0.32, ``vllm/entrypoints/rl/online/api_router.py``): ``POST /abort_requests
+Wire shapes (vLLM 0.32; ``docs/engine-notes.md``): ``POST /abort_requests
 {"request_ids": [...]}`` (``{}`` aborts all; the answer's ``aborted`` is the number of ids
 *requested*); ``POST /pause?mode=abort|wait|keep`` answers once the engine core has paused (in
-abort mode, after it has sent every abort output: ``core.py`` ``pause_scheduler``);
+abort mode, after it has sent every abort output);
 ``POST /resume``; ``GET /is_paused`` -> ``{"is_paused"}``; ``POST /update_weight_version
 {"new_version"}``, which never aborts; ``GET /weight_info``. vLLM has no load endpoint with
 running/waiting counts: the Prometheus gauges on ``GET /metrics`` are shown, and idleness comes
