@@ -84,6 +84,10 @@ class SGLangNames:
         state = self.http_server.get_global_state()
         return None if state is None else getattr(state, "tokenizer_manager", None)
 
+    def mark_admin_optional(self, endpoint: Any) -> None:
+        """Give *endpoint* SGLang's ``ADMIN_OPTIONAL`` auth level, which SGLang's key middleware reads."""
+        endpoint._auth_level = self.admin_optional
+
     def api_keys(self) -> list[str]:
         """Keys the contract accepts, by SGLang's ADMIN_OPTIONAL rule: the admin key when one is
         set, otherwise the API key, otherwise none."""

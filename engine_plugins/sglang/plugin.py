@@ -74,7 +74,7 @@ def install(names: SGLangNames) -> None:
         return original(server_args, *args, **kwargs)
 
     names.hook_launch_server(check_launch)
-    report = mount(names.app, stack.router, stack.settings.replace_native_routes, names.admin_optional)
+    report = mount(names.app, stack.router, stack.settings.replace_native_routes, names.mark_admin_optional)
     _installed = True
     _log_startup(names, stack, report)
 

@@ -11,7 +11,7 @@ walked and marked changed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 from fastapi import APIRouter
 
@@ -75,11 +75,14 @@ def native_routes(app: Any, method: str, path: str) -> list[tuple[Any, Any]]:
     return [(owner, route) for owner, route, full in _walk(app.router) if full == path and method in (getattr(route, "methods", None) or ())]
 
 
-def mount(app: Any, router: APIRouter, replace_native: bool = True, auth_level: Optional[Any] = None) -> MountReport:
+def mount(
+    app: Any, router: APIRouter, replace_native: bool = True, mark_endpoint: Callable[[Any], None] = lambda endpoint: None
+) -> MountReport:
     """Put *router*'s routes first on *app*; replace (or keep, and skip ours) same-path natives.
 
-    *auth_level* is set on each endpoint as ``_auth_level``, which SGLang's key middleware reads.
-    Mounting twice is harmless: when the contract's routes are there already, nothing changes.
+    *mark_endpoint* is called on each endpoint mounted (SGLang's key middleware reads a mark on
+    the endpoint). Mounting twice is harmless: when the contract's routes are there already,
+    nothing changes.
     """
     report = MountReport()
     if any(getattr(getattr(r, "endpoint", None), "_engine_plugins_route", False) for r in app.router.routes):
@@ -104,8 +107,7 @@ def mount(app: Any, router: APIRouter, replace_native: bool = True, auth_level: 
             served.append(method)
         if served:
             route.endpoint._engine_plugins_route = True
-            if auth_level is not None:
-                route.endpoint._auth_level = auth_level
+            mark_endpoint(route.endpoint)
             to_insert.append(route)
     app.router.routes[:0] = to_insert
     _mark_changed(app.router)

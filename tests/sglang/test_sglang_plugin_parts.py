@@ -52,7 +52,7 @@ async def test_mount_replaces_natives_even_inside_included_routers_and_is_served
     app = sglang_like_app()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
         assert (await client.get("/v1/loads")).json() == {"native": True}  # routes are cached by version
-        report = mount(app, contract_router(), auth_level="admin_optional")
+        report = mount(app, contract_router(), mark_endpoint=fake_names(_serving()).mark_admin_optional)
         assert (await client.get("/v1/loads")).json() == {"contract": True}
         assert (await client.post("/update_weight_version")).json() == {"contract": True}
         assert (await client.post("/pause")).json() == {"contract": True}

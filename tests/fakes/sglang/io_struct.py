@@ -28,11 +28,6 @@ class GenerateReqInput:
             # The fake "tokenizer": one token per character, inside the tiny vocabulary.
             self.input_ids = [3 + (ord(c) % 200) for c in (self.text or " ")]
 
-    @property
-    def is_single(self) -> bool:
-        """Batch requests are not faked."""
-        return True
-
 
 @dataclass
 class UpdateWeightVersionReqInput:
@@ -40,7 +35,6 @@ class UpdateWeightVersionReqInput:
 
     new_version: str
     abort_all_requests: bool = True
-    __struct_fields__ = ("new_version", "abort_all_requests")
 
 
 @dataclass

@@ -1,1 +1,2 @@
-"""A fake of vLLM 0.32's AsyncLLM (no vLLM needed), served with the real vLLM plugin for tier-1 tests."""
+"""A fake of vLLM 0.32's AsyncLLM, its front end and its engine core (no vLLM needed), served as
+vLLM's OpenAI server does: with the real vLLM plugin, or without it (``--no-plugin``)."""

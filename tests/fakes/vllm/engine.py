@@ -178,7 +178,6 @@ class RequestState:
         self.output_kind = request.sampling_params.output_kind
         self.want_logprobs = request.sampling_params.logprobs is not None
         self.queue = queue
-        self.is_prefilling = True
         self.token_ids: list[int] = []
         self.logprobs: list[dict[int, Logprob]] = []
         self.weight_version_starts: list[tuple[str, int]] = []
@@ -215,11 +214,7 @@ class OutputProcessor:
 
     def __init__(self) -> None:
         self.request_states: dict[str, RequestState] = {}
-        self.parent_requests: dict[str, Any] = {}
         self.external_req_ids: defaultdict[str, list[str]] = defaultdict(list)
-
-    def get_num_unfinished_requests(self) -> int:
-        return len(self.request_states)
 
     def add_request(self, request: EngineCoreRequest, queue: RequestOutputCollector) -> None:
         state = RequestState(request, queue)
@@ -254,7 +249,6 @@ class OutputProcessor:
             state = self.request_states.get(out.request_id)
             if state is None:
                 continue
-            state.is_prefilling = False
             if out.new_token_ids and weight_version is not None:
                 state.track_weight_version(weight_version)
             state.token_ids.extend(out.new_token_ids)
