@@ -16,8 +16,8 @@ PATCHES = sorted((REPO / "patches").glob("*.patch"))
 
 
 def _site_packages(engine: str) -> Path:
-    ensure_engine(engine, REPO)
-    [site] = (REPO / ".engines" / engine / "lib").glob("python3.*/site-packages")
+    paths = ensure_engine(engine, REPO)
+    [site] = (paths.venv / "lib").glob("python3.*/site-packages")
     return site
 
 
