@@ -25,7 +25,7 @@ from ..errors import StartupError
 from .engine_names import SGLangNames, load_names
 from .routes import MountReport, mount
 from .seam import SGLangSeam
-from .tracking import register_hooks, tracker_for
+from .tracking import RegisteredHooks, register_hooks, tracker_for
 
 logger = logging.getLogger("engine_plugins.sglang")
 
@@ -66,17 +66,17 @@ def install(names: SGLangNames) -> None:
         return control
 
     stack = assemble(get_control, names.api_keys)
-    hooks_applied = register_hooks(names)
+    hooks = register_hooks(names)
 
     def check_launch(original: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
-        hooks_applied()
+        hooks.check_applied()
         _refuse_multi_tokenizer(server_args)
         return original(server_args, *args, **kwargs)
 
     names.hook_launch_server(check_launch)
     report = mount(names.app, stack.router, stack.settings.replace_native_routes, names.mark_admin_optional)
     _installed = True
-    _log_startup(names, stack, report)
+    _log_startup(names, stack, report, hooks)
 
 
 def _refuse_multi_tokenizer(server_args: Any) -> None:
@@ -96,10 +96,15 @@ def _refuse_multi_tokenizer(server_args: Any) -> None:
         )
 
 
-def _log_startup(names: SGLangNames, stack: PluginStack, report: MountReport) -> None:
+def _log_startup(names: SGLangNames, stack: PluginStack, report: MountReport, hooks: RegisteredHooks) -> None:
     """Log what was mounted. SGLang configures logging only later, so until then the lines go
     through a handler of their own, at INFO."""
-    lines = [f"engine_plugins: SGLang {names.version}: contract mounted; settings {describe(stack.settings)}", *report.lines()]
+    hooked = ", ".join([*hooks.targets(), "http_server.launch_server"])
+    lines = [
+        f"engine_plugins: SGLang {names.version}: contract mounted; settings {describe(stack.settings)}",
+        *report.lines(),
+        f"engine_plugins: hooks registered with SGLang's HookRegistry (applied once plugins have loaded): {hooked}",
+    ]
     if logger.isEnabledFor(logging.INFO) and logging.getLogger().handlers:
         for line in lines:
             logger.info("%s", line)

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any, AsyncIterator, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional
 
 from ..errors import StartupError
 from ..registry import InFlightRegistry
@@ -193,6 +194,29 @@ class Tracker:
 _trackers: "weakref.WeakKeyDictionary[Any, Tracker]" = weakref.WeakKeyDictionary()
 
 
+@dataclass
+class RegisteredHooks:
+    """The TokenizerManager hooks :func:`register_hooks` gave SGLang's registry."""
+
+    names: SGLangNames
+    originals: dict[str, Any]
+    """Each hooked method as it was before SGLang applied the hook."""
+
+    def targets(self) -> list[str]:
+        """``TokenizerManager.<method>`` for each hook, for the startup log."""
+        return [f"TokenizerManager.{method}" for method in self.originals]
+
+    def check_applied(self) -> None:
+        """Raise :class:`StartupError` unless SGLang has applied every hook: it only logs one it
+        could not apply, and without them the registry would silently miss requests."""
+        missing = [m for m, original in self.originals.items() if self.names.tokenizer_manager_method(m) is original]
+        if missing:
+            raise StartupError(
+                f"engine_plugins: SGLang {self.names.version} did not apply the plugin's hooks on "
+                f"{', '.join('TokenizerManager.' + m for m in missing)} (SGLang logs why, at ERROR)"
+            )
+
+
 def tracker_for(names: SGLangNames, tm: Any) -> Tracker:
     """The tracker of the TokenizerManager *tm*, made on first use: *tm* is checked
     (:class:`~.engine_names.SGLangEngine`) and its request states tracked from then on."""
@@ -202,13 +226,9 @@ def tracker_for(names: SGLangNames, tm: Any) -> Tracker:
     return tracker
 
 
-def register_hooks(names: SGLangNames) -> Callable[[], None]:
+def register_hooks(names: SGLangNames) -> RegisteredHooks:
     """Register the TokenizerManager hooks with SGLang's hook registry, which applies them once
-    every plugin has loaded (and only once per process).
-
-    Returns a check to run once SGLang has applied them: SGLang only logs a hook it could not
-    apply, and without these hooks the registry would silently miss requests.
-    """
+    every plugin has loaded (and only once per process)."""
 
     def after_init(result: Any, tm: Any, *args: Any, **kwargs: Any) -> None:
         tracker_for(names, tm)
@@ -237,13 +257,4 @@ def register_hooks(names: SGLangNames) -> Callable[[], None]:
     originals = {method: names.tokenizer_manager_method(method) for method in hooks}
     for method, (hook, kind) in hooks.items():
         names.hook_tokenizer_manager(method, hook, kind)
-
-    def check_applied() -> None:
-        missing = [m for m, original in originals.items() if names.tokenizer_manager_method(m) is original]
-        if missing:
-            raise StartupError(
-                f"engine_plugins: SGLang {names.version} did not apply the plugin's hooks on "
-                f"{', '.join('TokenizerManager.' + m for m in missing)} (see SGLang's log above)"
-            )
-
-    return check_applied
+    return RegisteredHooks(names, originals)

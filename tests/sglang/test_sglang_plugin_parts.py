@@ -102,11 +102,11 @@ def test_hooks_go_through_sglangs_registry_and_are_checked_once_applied(monkeypa
     registered = []
     names = fake_names(_serving())
     names.HookRegistry = types.SimpleNamespace(register=lambda target, hook, kind: registered.append((target, kind.value)))
-    check_applied = register_hooks(names)
+    hooks = register_hooks(names)
     assert ("fakes.sglang.tokenizer_manager.TokenizerManager.generate_request", "around") in registered
     assert ("fakes.sglang.tokenizer_manager.TokenizerManager.__init__", "after") in registered
     with pytest.raises(StartupError, match="did not apply the plugin's hooks on TokenizerManager.__init__"):
-        check_applied()  # nothing applied them: the fake registry above only records
+        hooks.check_applied()  # nothing applied them: the fake registry above only records
 
 
 def test_multi_tokenizer_mode_is_refused_before_the_server_starts():

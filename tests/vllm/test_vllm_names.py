@@ -1,0 +1,30 @@
+"""Everything the vLLM plugin uses in vLLM is checked before it is relied on: a missing piece
+stops startup with a message naming it and the vLLM version."""
+
+import dataclasses
+
+import pytest
+
+from engine_plugins.errors import StartupError
+from engine_plugins.vllm.engine_names import VllmEngine, check_names
+from fakes.vllm import engine as fake
+from fakes.vllm.server import fake_names
+
+
+def test_an_engine_client_without_an_attribute_the_plugin_uses_stops_startup():
+    llm = fake.AsyncLLM()
+    del llm.renderer
+    with pytest.raises(StartupError) as info:
+        VllmEngine(fake_names(), llm)
+    assert "renderer.render_cmpl_async" in str(info.value) and "vLLM 0.32.0+fake" in str(info.value)
+
+
+def test_sampling_params_without_a_field_the_plugin_sets_stops_startup():
+    @dataclasses.dataclass
+    class OldSamplingParams:
+        max_tokens: int = 16
+
+    names = dataclasses.replace(fake_names(), SamplingParams=OldSamplingParams, version="0.9.0")
+    with pytest.raises(StartupError) as info:
+        check_names(names)
+    assert "SamplingParams.detokenize" in str(info.value) and "vLLM 0.9.0" in str(info.value)
