@@ -49,6 +49,7 @@ def run(args, api_key: Optional[str]) -> int:
 
 
 def _on_real_engine(args, api_key: Optional[str]) -> dict:
+    from ..launcher.cpu import selected_profile
     from ..launcher.engine_server import EngineServer, EngineSetupError, EngineStartError, ensure_engine
 
     root = repo_root()
@@ -56,6 +57,7 @@ def _on_real_engine(args, api_key: Optional[str]) -> dict:
     print_text(f"preparing {args.engine} (its virtualenv and a tiny random model; minutes the first time) ...", err=True)
     try:
         ensure_engine(args.engine, root)
+        selected_profile()[1].place_client()  # the demo drives the engine: it runs where clients go
         print_text(f"starting a real {args.engine} server with the plugin ...", err=True)
         with EngineServer(args.engine, root, api_key=key) as server:
             print_text(f"{args.engine} up at {server.url} after {server.startup_seconds:.0f} s (log {server.log_path})", err=True)

@@ -102,12 +102,12 @@ PROFILES: dict[str, CpuProfile] = {
         "the whole engine tree on the first core with one compute thread; the client on the last",
         env=_ONE_THREAD, engine_cores=(0,), client_cores=(-1,),
     ),
-    "one-thread": CpuProfile(
-        "one compute thread per engine, no core placement",
-        env={"*": _ONE_THREAD["*"]},
-    ),
 }
-DEFAULT_PROFILE = "engine-default"
+# Measured side by side on two cores (docs/cpu-tuning.md): with the engine tree free to use both
+# cores, vLLM's engine-core busy loop shares the second core with the client, which stalled for
+# up to 6 s; on one core the loop yields to the worker, decode speed is unchanged and the client's
+# worst stall was tens of ms.
+DEFAULT_PROFILE = "engine-one-core"
 
 
 def selected_profile(name: str | None = None) -> tuple[str, CpuProfile]:
