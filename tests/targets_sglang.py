@@ -25,8 +25,9 @@ def sglang_fake_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, ap
 
 
 # Extra flags for the real server. Seeds would need --enable-deterministic-inference, which SGLang
-# 0.5.23 refuses with the CPU attention backend (torch_native).
-SGLANG_ARGS: tuple[str, ...] = ()
+# 0.5.23 refuses with the CPU attention backend (torch_native). --enable-metrics: SGLang serves
+# /metrics (with the plugin's metrics) only when asked.
+SGLANG_ARGS: tuple[str, ...] = ("--enable-metrics",)
 
 
 @contextlib.contextmanager

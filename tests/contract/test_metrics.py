@@ -1,0 +1,61 @@
+"""The metrics plugin on the engine's own /metrics, on the stub and both real engines.
+
+The plugin is loaded from its entry point as a third party's would be, and writes to the
+prometheus_client registry the engine already serves (SGLang's in multiprocess mode). The fakes
+of the engines' internals do not run the engines' /metrics, so they are not targets here.
+"""
+
+import asyncio
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from .api import Api
+
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("stub", "sglang", "vllm")]
+
+
+async def scrape(api: Api) -> dict[tuple[str, frozenset], float]:
+    """Every ``engine_plugins_*`` sample on /metrics, by name and labels."""
+    response = await api.http.get("/metrics")
+    assert response.status_code == 200, response.text
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name.startswith("engine_plugins_"):
+                samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def moved(before: dict, after: dict, name: str, **labels: str) -> float:
+    """How much one sample grew between two scrapes (a sample not yet there counts as 0)."""
+    key = (name, frozenset(labels.items()))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+async def test_an_abort_with_wait_moves_the_abort_salvage_and_wait_metrics(target):
+    n = 4
+    async with Api(target) as api:
+        await api.warm(n)
+        before = await scrape(api)
+        tasks = api.start(n, target.long_tokens, prefix="metrics-abort")
+        await api.wait_in_flight(n, running=True)
+        result = await api.ok("POST", "/abort_requests", {"wait": True})
+        results = await asyncio.gather(*tasks)
+        after = await scrape(api)
+    salvaged = sum(len(r["output_ids"]) for r in results)
+    assert result["aborted"] == n and salvaged > 0
+    assert moved(before, after, "engine_plugins_requests_aborted_total", route="/abort_requests", reason="request") == n
+    assert moved(before, after, "engine_plugins_partial_generations_cancelled_total") == n
+    assert moved(before, after, "engine_plugins_salvaged_tokens_total") == salvaged
+    assert moved(before, after, "engine_plugins_abort_wait_seconds_count", reason="request") == 1
+    assert after[("engine_plugins_requests_in_flight", frozenset())] == 0
+
+
+async def test_a_version_bump_moves_the_version_metrics(target):
+    async with Api(target) as api:
+        before = await scrape(api)
+        await api.ok("POST", "/update_weight_version", {"new_version": "metrics-v9"})
+        after = await scrape(api)
+    assert moved(before, after, "engine_plugins_weight_version_updates_total") == 1
+    assert after[("engine_plugins_weight_version", frozenset({("version", "metrics-v9")}))] == 1
