@@ -2,16 +2,20 @@
 
 This is where the rules from the field notes live once for both engines: the abort fence over
 every accepted request, exact ids, event-driven waiting, truthful loads, version bumps that keep
-in-flight work, and partial generations that return every token with its logprob.
+in-flight work, partial generations that return every token with its logprob, and fencing of
+stale requests by the order of bumps (:mod:`engine_plugins.versions`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import uuid
-from typing import Awaitable, Callable, Optional
+from typing import Awaitable, Callable, Iterator, Optional
 
 from .errors import ContractError
-from .registry import InFlightRegistry
+from .registry import InFlight, InFlightRegistry
 from .schema import (
     AbortResult,
     LoadsAggregate,
@@ -24,6 +28,7 @@ from .schema import (
     WeightVersionSpan,
 )
 from .seam import EngineSeam, Generation
+from .versions import WeightVersions
 
 # Engine ids for contract requests have a fixed length, so that SGLang's prefix-matching abort
 # can never reach another request through them.
@@ -31,6 +36,23 @@ RID_PREFIX = "ep-"
 
 AbortDispatch = Callable[..., Awaitable[AbortResult]]
 """Called as ``dispatch(request_ids=, wait=, timeout_s=, reason=)``; returns the abort's result."""
+
+# The reason of the abort hook call being answered, so that an abort reaching the control through
+# a plugin that does not pass the reason on still marks its requests with it.
+_abort_reason: contextvars.ContextVar[str] = contextvars.ContextVar("engine_plugins_abort_reason", default="request")
+
+# A cancelled generation's cancel_reason, from the reason of the abort that cut it.
+_CANCEL_REASONS = {"request": "abort"}
+
+
+@contextlib.contextmanager
+def abort_reason(reason: str) -> Iterator[None]:
+    """Within this block, aborts made without an explicit reason are made for *reason*."""
+    token = _abort_reason.set(reason)
+    try:
+        yield
+    finally:
+        _abort_reason.reset(token)
 
 
 def new_rid() -> str:
@@ -54,15 +76,28 @@ class RolloutControl:
         # while it ran, for spans when the engine reports none.
         self._latest: dict[str, Generation] = {}
         self._version_changes: dict[str, list[tuple[int, str]]] = {}
+        self.versions = WeightVersions(seam.weight_version())
+        """The order of this server's weight versions: generation 0 now, one more per bump."""
+        self.registry.generation = self.versions.current
+        # Held while a bump is under way, so that the version is not seen as changed twice.
+        self._bumping = asyncio.Lock()
 
     # --- abort -------------------------------------------------------------------------
 
-    async def abort(self, request_ids: Optional[list[str]], wait: bool, timeout_s: Optional[float] = None) -> AbortResult:
-        """Abort *request_ids* exactly (None or empty: every accepted request); see the hookspec."""
+    async def abort(
+        self, request_ids: Optional[list[str]], wait: bool, timeout_s: Optional[float] = None, reason: Optional[str] = None
+    ) -> AbortResult:
+        """Abort *request_ids* exactly (None or empty: every accepted request); see the hookspec.
+
+        *reason* (default: the reason of the abort hook call being answered) is recorded on the
+        requests this call aborts, for their ``cancel_reason``.
+        """
+        reason = reason or _abort_reason.get()
         entries = self.registry.select(request_ids or None)
         newly_aborted = sum(1 for e in entries if not e.aborted)
         for entry in entries:
-            entry.aborted = True
+            if not entry.aborted:
+                entry.aborted, entry.abort_reason = True, reason
         if entries:
             # Sent again for entries already aborted: harmless, and it re-covers a request
             # that slipped past an earlier abort on its way to the scheduler.
@@ -73,6 +108,32 @@ class RolloutControl:
             timed_out = not await self.registry.wait_released(entries, timeout)
         in_flight = len(self.registry)
         return AbortResult(aborted=newly_aborted, in_flight=in_flight, idle=in_flight == 0, timed_out=timed_out)
+
+    def select_by_age(self, admitted_before: Optional[str] = None, max_staleness: Optional[int] = None) -> list[str]:
+        """The request ids of the requests admitted under a version older than *admitted_before*
+        (its latest bump), or *max_staleness* or more bumps ago; for an abort by age.
+
+        A version this server never had is a 400 naming it. Requests admitted later are never
+        older, so the selection cannot miss one that arrives after it.
+        """
+        self._notice_version_change()
+        if admitted_before is not None:
+            generation = self.versions.generation_of(admitted_before)
+            if generation is None:
+                known = ", ".join(repr(n) for n in self.versions.recent_names())
+                raise ContractError(
+                    400, f"admitted_before: this server never had the weight version {admitted_before!r} (its latest: {known})"
+                )
+        elif max_staleness is not None:
+            generation = self.versions.current - max_staleness + 1
+        else:
+            raise ValueError("select_by_age needs admitted_before or max_staleness")
+        return list(dict.fromkeys(e.request_id for e in self.registry.admitted_before(generation)))
+
+    def nothing_aborted(self) -> AbortResult:
+        """The answer of an abort that covered no request."""
+        in_flight = len(self.registry)
+        return AbortResult(aborted=0, in_flight=in_flight, idle=in_flight == 0)
 
     # --- loads -------------------------------------------------------------------------
 
@@ -92,6 +153,11 @@ class RolloutControl:
             total_waiting_reqs=sum(r.num_waiting_reqs for r in loads),
             total_reqs=sum(r.num_total_reqs for r in loads),
         )
+        self._notice_version_change()
+        by_version: dict[str, int] = {}
+        for generation, count in self.registry.by_admission().items():
+            name = self.versions.name_of(generation)
+            by_version[name] = by_version.get(name, 0) + count
         return LoadsResult(
             loads=loads,
             aggregate=aggregate,
@@ -99,34 +165,69 @@ class RolloutControl:
             paused=self.pause_mode is not None,
             weight_version=self.seam.weight_version(),
             engine=self.seam.engine,
+            in_flight_by_version=by_version,
         )
 
     # --- weight version ----------------------------------------------------------------
 
     async def update_weight_version(self, new_version: str, abort_all_requests: bool) -> UpdateWeightVersionResult:
-        """Bump the version; abort everything first only when asked."""
-        aborted = 0
-        if abort_all_requests:
-            aborted = (await self._abort_all("weight_version", self.abort_timeout_s)).aborted
-        previous = self.seam.weight_version()
-        await self.seam.set_weight_version(new_version)
-        for rid, changes in self._version_changes.items():
-            changes.append((len(self._latest[rid].output_ids), new_version))
+        """Bump the version; abort everything first only when asked. Then the requests whose
+        ``max_staleness`` this bump reaches are aborted (reason ``"stale"``), without waiting."""
+        self._notice_version_change()
+        async with self._bumping:
+            aborted = 0
+            if abort_all_requests:
+                aborted = (await self._abort_all("weight_version", self.abort_timeout_s)).aborted
+            previous = self.seam.weight_version()
+            await self.seam.set_weight_version(new_version)
+            self.registry.generation = self.versions.bump(new_version)
+            for rid, changes in self._version_changes.items():
+                changes.append((len(self._latest[rid].output_ids), new_version))
+            stale = self._over_staleness_limit()
+        if stale:
+            await self._dispatch_abort(stale, wait=False, timeout_s=self.abort_timeout_s, reason="stale")
         return UpdateWeightVersionResult(new_version=new_version, previous_version=previous, aborted=aborted)
+
+    def _over_staleness_limit(self) -> list[str]:
+        """Request ids of the requests not yet aborted whose ``max_staleness`` is reached."""
+        return [
+            e.request_id
+            for e in self.registry.select()
+            if e.max_staleness is not None and not e.aborted and self.versions.staleness(e.admitted) >= e.max_staleness
+        ]
+
+    def _notice_version_change(self) -> None:
+        """Count a version set through the engine's own route (kept only with
+        ``ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES=false``) as a bump, when it is first seen."""
+        if self._bumping.locked():
+            return  # a contract bump is changing it, and counts it itself
+        name = self.seam.weight_version()
+        if name != self.versions.current_name:
+            self.registry.generation = self.versions.bump(name)
 
     # --- partial generation ------------------------------------------------------------
 
     async def partial_generate(
-        self, input_ids: list[int], sampling_params: SamplingParams, request_id: Optional[str]
+        self,
+        input_ids: list[int],
+        sampling_params: SamplingParams,
+        request_id: Optional[str],
+        max_staleness: Optional[int] = None,
     ) -> PartialGenerateResult:
-        """Generate, returning every token and logprob even when aborted or paused mid-way."""
+        """Generate, returning every token and logprob even when aborted or paused mid-way.
+
+        With *max_staleness*, the request is aborted (``cancel_reason: "stale"``) at the bump
+        that makes it that many bumps old.
+        """
         request_id = request_id or uuid.uuid4().hex
         if self.pause_mode == "abort":
             return _cancelled_empty(request_id)
         if self.registry.has_request_id(request_id):
             raise ContractError(409, f"request_id {request_id!r} is already in flight", "conflict")
+        self._notice_version_change()
         rid = new_rid()
-        self.registry.add(rid, request_id)
+        entry = self.registry.add(rid, request_id)
+        entry.max_staleness = max_staleness
         latest = Generation()
         self._latest[rid] = latest
         self._version_changes[rid] = [(0, self.seam.weight_version())]
@@ -146,7 +247,18 @@ class RolloutControl:
             finish_reason=finish,
             cancelled=finish == "abort",
             weight_versions=_spans(latest, changes),
+            cancel_reason=self._cancel_reason(entry) if finish == "abort" else None,
         )
+
+    def _cancel_reason(self, entry: InFlight) -> Optional[str]:
+        """Why a generation was cut: the reason of the abort that covered it; an abort without
+        one (the engine's own abort route) is ``"abort"``; else a pause in ``abort`` mode (an
+        engine may cut its requests itself when pausing); else unknown."""
+        if entry.abort_reason is not None:
+            return _CANCEL_REASONS.get(entry.abort_reason, entry.abort_reason)
+        if entry.aborted:
+            return "abort"
+        return "pause" if self.pause_mode == "abort" else None
 
     # --- pause -------------------------------------------------------------------------
 
@@ -175,14 +287,24 @@ class RolloutControl:
 
     async def _abort_all(self, reason: str, timeout_s: float) -> AbortResult:
         """Abort every request and wait, through :attr:`dispatch_abort` when it is set."""
+        return await self._dispatch_abort(None, wait=True, timeout_s=timeout_s, reason=reason)
+
+    async def _dispatch_abort(self, request_ids: Optional[list[str]], wait: bool, timeout_s: float, reason: str) -> AbortResult:
+        """The control's own abort, through :attr:`dispatch_abort` when it is set."""
         if self.dispatch_abort is None:
-            return await self.abort(None, wait=True, timeout_s=timeout_s)
-        return await self.dispatch_abort(request_ids=None, wait=True, timeout_s=timeout_s, reason=reason)
+            return await self.abort(request_ids, wait=wait, timeout_s=timeout_s, reason=reason)
+        return await self.dispatch_abort(request_ids=request_ids, wait=wait, timeout_s=timeout_s, reason=reason)
 
 
 def _cancelled_empty(request_id: str) -> PartialGenerateResult:
     return PartialGenerateResult(
-        request_id=request_id, output_ids=[], output_logprobs=[], finish_reason="abort", cancelled=True, weight_versions=[]
+        request_id=request_id,
+        output_ids=[],
+        output_logprobs=[],
+        finish_reason="abort",
+        cancelled=True,
+        weight_versions=[],
+        cancel_reason="pause",
     )
 
 

@@ -13,9 +13,9 @@ NAME = "engine"
 
 
 @hookimpl(trylast=True)
-def abort(control, request_ids, wait, timeout_s):
+def abort(control, request_ids, wait, timeout_s, reason):
     """Abort through the engine's control (see the hookspec)."""
-    return control.abort(request_ids, wait, timeout_s)
+    return control.abort(request_ids, wait, timeout_s, reason)
 
 
 @hookimpl(trylast=True)
@@ -31,9 +31,9 @@ def update_weight_version(control, new_version, abort_all_requests):
 
 
 @hookimpl(trylast=True)
-def partial_generate(control, input_ids, sampling_params, request_id):
+def partial_generate(control, input_ids, sampling_params, request_id, max_staleness):
     """Partial generation through the engine's control (see the hookspec)."""
-    return control.partial_generate(input_ids, sampling_params, request_id)
+    return control.partial_generate(input_ids, sampling_params, request_id, max_staleness)
 
 
 @hookimpl(trylast=True)

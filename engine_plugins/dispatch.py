@@ -9,6 +9,7 @@ pluggy's hook-call monitoring sees every call).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -18,7 +19,7 @@ from typing import Any, Callable, Mapping, Optional
 import pluggy
 
 from . import trace
-from .control import RolloutControl
+from .control import RolloutControl, abort_reason
 from .errors import ContractError
 from .schema import AbortResult
 
@@ -95,7 +96,8 @@ class Hooks:
         control = self.control()
         token = _http_request.set(http_request)
         try:
-            answer = await first_answer(self.pm, name, {**kwargs, "control": control, "http_request": http_request}, self._trace_calls)
+            with _reason_of(name, kwargs):
+                answer = await first_answer(self.pm, name, {**kwargs, "control": control, "http_request": http_request}, self._trace_calls)
         finally:
             _http_request.reset(token)
         return _answered(answer, name)
@@ -103,11 +105,20 @@ class Hooks:
     async def _control_abort(self, control: RolloutControl, **kwargs: Any) -> AbortResult:
         # The control's own abort, made inside one of its operations: the route's request is
         # the one in the context.
-        answer = await first_answer(
-            self.pm, "abort", {**kwargs, "control": control, "http_request": _http_request.get()}, self._trace_calls
-        )
+        with _reason_of("abort", kwargs):
+            answer = await first_answer(
+                self.pm, "abort", {**kwargs, "control": control, "http_request": _http_request.get()}, self._trace_calls
+            )
         answer = _answered(answer, "abort")
         return answer if isinstance(answer, AbortResult) else AbortResult.model_validate(answer)
+
+
+def _reason_of(name: str, kwargs: Mapping[str, Any]) -> Any:
+    """For an abort hook call, its reason as the control's default while it runs (a plugin that
+    calls ``control.abort`` without the reason still aborts for it); nothing for other hooks."""
+    if name == "abort" and "reason" in kwargs:
+        return abort_reason(kwargs["reason"])
+    return contextlib.nullcontext()
 
 
 def _answered(answer: Any, name: str) -> Any:

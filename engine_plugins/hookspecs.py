@@ -45,10 +45,14 @@ def abort(control, request_ids: Optional[list[str]], wait: bool, timeout_s: floa
     accepted and not finished, including those still tokenizing, held at a pause gate, queued or
     running. That is a fence: none of them may generate after the call. Unknown ids are not an
     error. ``wait``: return only once every covered request has finished and been released, or
-    after ``timeout_s`` seconds. ``reason``: ``"request"`` (a client's ``/abort_requests``),
-    ``"pause"`` (a pause in ``abort`` mode) or ``"weight_version"`` (a version bump with
-    ``abort_all_requests``); for the last two the control is inside its own ``pause`` or
-    ``update_weight_version``, and ``http_request`` is that route's request. Returns
+    after ``timeout_s`` seconds. ``reason``: ``"request"`` (a client's ``/abort_requests`` by ids
+    or of everything), ``"stale"`` (a client's ``/abort_requests`` with a selector by age, or
+    partial generations whose ``max_staleness`` a version bump reached), ``"pause"`` (a pause in
+    ``abort`` mode) or ``"weight_version"`` (a version bump with ``abort_all_requests``). A
+    selector by age arrives as the exact ids of the requests it covers (never None, which would
+    be every request). For aborts the control makes itself (pause, version bumps) the control is
+    inside its own ``pause`` or ``update_weight_version``, and ``http_request`` is that route's
+    request; the stale aborts of a bump do not wait. Returns
     :class:`engine_plugins.schema.AbortResult`.
     """
 
@@ -76,13 +80,18 @@ def update_weight_version(control, new_version: str, abort_all_requests: bool, h
 
 
 @hookspec(firstresult=True)
-def partial_generate(control, input_ids: list[int], sampling_params, request_id: Optional[str], http_request):
+def partial_generate(
+    control, input_ids: list[int], sampling_params, request_id: Optional[str], max_staleness: Optional[int], http_request
+):
     """Generate from token ids; called by ``POST /partial_generate``.
 
     ``sampling_params``: :class:`engine_plugins.schema.SamplingParams`. ``request_id``: the
-    caller's id, usable in an abort; None to let the plugin choose one. Returns
+    caller's id, usable in an abort; None to let the plugin choose one. ``max_staleness``: abort
+    the request once that many version bumps have happened since it was admitted (None: never);
+    a plugin that decorates this hook passes it on to ``control.partial_generate``. Returns
     :class:`engine_plugins.schema.PartialGenerateResult` with every token generated and its
-    logprob, also when the request is aborted or paused mid-way (``cancelled: true``). While the
+    logprob, also when the request is aborted or paused mid-way (``cancelled: true``, and
+    ``cancel_reason`` saying why). While the
     server is paused in ``abort`` mode it returns at once, cancelled, with no tokens. A request
     id that is already in flight raises ``ContractError(409)``. A client that hangs up cancels
     the call (``asyncio.CancelledError`` at the implementation's ``await``).

@@ -88,10 +88,16 @@ def _json(result: Any) -> Any:
 async def _abort(ctx: _Context, request: Request) -> Any:
     body = await parse_body(request, AbortRequest)
     timeout_s = body.timeout_s if body.timeout_s is not None else ctx.settings.abort_timeout_s
+    request_ids, reason = body.request_ids or None, "request"
+    if body.by_age():
+        # The selector becomes the exact ids of the requests it covers, so that every abort
+        # plugin, old or new, sees an abort by ids and none can widen it to every request.
+        control = ctx.hooks.control()
+        request_ids, reason = control.select_by_age(body.admitted_before, body.max_staleness), "stale"
+        if not request_ids:
+            return _json(control.nothing_aborted())
     return _json(
-        await ctx.hooks.call(
-            "abort", request, request_ids=body.request_ids or None, wait=body.wait, timeout_s=timeout_s, reason="request"
-        )
+        await ctx.hooks.call("abort", request, request_ids=request_ids, wait=body.wait, timeout_s=timeout_s, reason=reason)
     )
 
 
@@ -118,6 +124,7 @@ async def _partial_generate(ctx: _Context, request: Request) -> Any:
             input_ids=body.input_ids,
             sampling_params=body.sampling_params,
             request_id=body.request_id,
+            max_staleness=body.max_staleness,
         )
     )
     # A client that hangs up no longer wants its tokens: abort the request rather than let it

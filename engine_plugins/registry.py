@@ -5,6 +5,10 @@ pause gate) and finish it when the engine has released it. That makes ``in_fligh
 an abort-all cover requests the scheduler has not seen yet (the fence), and lets an abort wait
 for exactly the requests it covers: each entry has its own event, so waiting costs nothing
 while requests run and ends as soon as the last covered request is released.
+
+Each entry also records the weight-version generation it was admitted under (the registry's
+``generation`` when it was added, which the control advances at every bump; see
+:mod:`engine_plugins.versions`), so that aborts can select requests by age.
 """
 
 from __future__ import annotations
@@ -22,13 +26,20 @@ class InFlight:
     engine's own routes; a client id mapped to a unique engine id for ``/partial_generate``).
     ``dispatched`` is false while the engine holds the request before its scheduler (still
     tokenizing, or at a pause gate). ``aborted`` is set by an abort that covered it, so that an
-    adapter can abort it again once it reaches the scheduler.
+    adapter can abort it again once it reaches the scheduler; ``abort_reason`` is that abort's
+    reason (the abort hook's: ``"request"``, ``"stale"``, ``"pause"``, ...).
+
+    ``admitted`` is the weight-version generation in force when the engine accepted it.
+    ``max_staleness``: abort it once that many bumps have happened since (None: never).
     """
 
     rid: str
     request_id: str
     dispatched: bool = False
     aborted: bool = False
+    admitted: int = 0
+    max_staleness: Optional[int] = None
+    abort_reason: Optional[str] = None
     released: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
 
@@ -37,6 +48,8 @@ class InFlightRegistry:
 
     def __init__(self) -> None:
         self._by_rid: dict[str, InFlight] = {}
+        self.generation = 0
+        """The weight-version generation new entries are admitted under (set by the control)."""
 
     def __len__(self) -> int:
         return len(self._by_rid)
@@ -45,7 +58,7 @@ class InFlightRegistry:
         """Record a request the engine has just accepted; an existing entry for *rid* is kept."""
         entry = self._by_rid.get(rid)
         if entry is None:
-            entry = InFlight(rid=rid, request_id=request_id or rid, dispatched=dispatched)
+            entry = InFlight(rid=rid, request_id=request_id or rid, dispatched=dispatched, admitted=self.generation)
             self._by_rid[rid] = entry
         return entry
 
@@ -73,6 +86,17 @@ class InFlightRegistry:
             return list(self._by_rid.values())
         wanted = set(request_ids)
         return [e for e in self._by_rid.values() if e.request_id in wanted]
+
+    def admitted_before(self, generation: int) -> list[InFlight]:
+        """Entries admitted under a generation older than *generation*."""
+        return [e for e in self._by_rid.values() if e.admitted < generation]
+
+    def by_admission(self) -> dict[int, int]:
+        """How many entries were admitted under each generation, oldest first."""
+        counts: dict[int, int] = {}
+        for entry in sorted(self._by_rid.values(), key=lambda e: e.admitted):
+            counts[entry.admitted] = counts.get(entry.admitted, 0) + 1
+        return counts
 
     @staticmethod
     async def wait_released(entries: Iterable[InFlight], timeout_s: float) -> bool:

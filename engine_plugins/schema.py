@@ -27,11 +27,31 @@ class _Response(BaseModel):
 
 
 class AbortRequest(_Request):
-    """``POST /abort_requests``. No ids (absent, null or empty) means every request."""
+    """``POST /abort_requests``. No ids (absent, null or empty) means every request.
+
+    Or one selector by age (:mod:`engine_plugins.versions` defines the order): ``admitted_before``
+    aborts the requests admitted under a version older than that one, ``max_staleness`` those
+    admitted that many bumps ago or more. A selector never comes with ``request_ids``, so that
+    no combination of the two can be read as "every request".
+    """
 
     request_ids: Optional[list[str]] = None
+    admitted_before: Optional[str] = Field(default=None, min_length=1)
+    # 0 would select every request: an abort-all is said with no selector at all.
+    max_staleness: Optional[int] = Field(default=None, ge=1)
     wait: bool = False
     timeout_s: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> "AbortRequest":
+        given = [name for name in ("request_ids", "admitted_before", "max_staleness") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)}: give one of request_ids, admitted_before and max_staleness, not several")
+        return self
+
+    def by_age(self) -> bool:
+        """Whether the abort selects requests by the version they were admitted under."""
+        return self.admitted_before is not None or self.max_staleness is not None
 
 
 class AbortResult(_Response):
@@ -73,6 +93,9 @@ class LoadsResult(_Response):
     paused: bool
     weight_version: str
     engine: str
+    in_flight_by_version: dict[str, int] = Field(default_factory=dict)
+    """In-flight requests by the version they were admitted under, oldest first (a name bumped
+    to more than once counts all its generations)."""
 
 
 # --- weight version ------------------------------------------------------------------------
@@ -115,6 +138,8 @@ class PartialGenerateRequest(_Request):
     input_ids: list[int] = Field(min_length=1)
     sampling_params: SamplingParams = Field(default_factory=SamplingParams)
     request_id: Optional[str] = Field(default=None, min_length=1)
+    max_staleness: Optional[int] = Field(default=None, ge=1)
+    """Abort the request once this many bumps have happened since it was admitted."""
 
     @model_validator(mode="after")
     def _token_ids_are_non_negative(self) -> "PartialGenerateRequest":
@@ -134,7 +159,13 @@ class WeightVersionSpan(_Response):
 
 
 class PartialGenerateResult(_Response):
-    """Every token generated (with its logprob), why it stopped, and under which weights."""
+    """Every token generated (with its logprob), why it stopped, and under which weights.
+
+    ``cancel_reason`` says why a cancelled generation was cut: ``"abort"`` (an abort by id or of
+    everything), ``"stale"`` (its ``max_staleness`` was reached, or an abort by age covered it),
+    ``"pause"`` (a pause in ``abort`` mode), ``"weight_version"`` (a bump with
+    ``abort_all_requests``); None when it was not cancelled or the engine ended it on its own.
+    """
 
     request_id: str
     output_ids: list[int]
@@ -142,6 +173,7 @@ class PartialGenerateResult(_Response):
     finish_reason: FinishReason
     cancelled: bool
     weight_versions: list[WeightVersionSpan]
+    cancel_reason: Optional[str] = None
 
     @model_validator(mode="after")
     def _one_logprob_per_token(self) -> "PartialGenerateResult":

@@ -30,10 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", parents=[common], help="check this environment: engines, entry points, configuration")
     p = sub.add_parser("loads", parents=[fleet], help="running/waiting/total requests per server")
     p.add_argument("urls", nargs="+", metavar="URL")
-    p = sub.add_parser("abort", parents=[fleet], help="abort every request (or --ids); --wait: until idle")
+    p = sub.add_parser("abort", parents=[fleet], help="abort every request (or --ids, or the stale ones); --wait: until idle")
     p.add_argument("urls", nargs="+", metavar="URL")
-    p.add_argument("--wait", action="store_true", help="wait until the aborted requests are released (without --ids: until every server is idle)")
-    p.add_argument("--ids", nargs="+", default=None, metavar="ID", help="abort exactly these request ids")
+    p.add_argument("--wait", action="store_true",
+                   help="wait until the aborted requests are released (with no selector: until every server is idle)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--ids", nargs="+", default=None, metavar="ID", help="abort exactly these request ids")
+    which.add_argument("--admitted-before", default=None, metavar="V",
+                       help="abort the requests admitted under a weight version older than V (needs the plugin)")
+    which.add_argument("--max-staleness", type=_positive_int, default=None, metavar="K",
+                       help="abort the requests admitted K or more version bumps ago (needs the plugin)")
     p = sub.add_parser("pause", parents=[fleet], help="pause generation")
     p.add_argument("urls", nargs="+", metavar="URL")
     p.add_argument("--mode", choices=("abort", "keep"), default="abort", help="abort: return in-flight work now; keep: freeze it until resume")

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from ..client import Fleet, FleetResult
+from ..client import Fleet, FleetResult, StaleSelector
 from . import exit_codes
 from .render import has_rich, print_json, print_table
 
@@ -47,8 +47,15 @@ async def loads(args: argparse.Namespace, fleet: Fleet) -> int:
     return _show(args, result, "loads", [
         ("running", lambda l: l.running), ("waiting", lambda l: l.waiting), ("total", lambda l: l.total),
         ("in_flight", lambda l: _known(l.in_flight)), ("paused", lambda l: _known(l.paused)),
-        ("weight_version", lambda l: _known(l.weight_version)),
+        ("weight_version", lambda l: _known(l.weight_version)), ("by_version", lambda l: _by_version(l.in_flight_by_version)),
     ])
+
+
+def _by_version(counts: Optional[dict]) -> str:
+    """In-flight requests by admission version, oldest first: ``v7:3 v8:1``."""
+    if counts is None:
+        return "?"
+    return " ".join(f"{version}:{n}" for version, n in counts.items()) or "-"
 
 
 ABORT_COLUMNS = [
@@ -58,7 +65,11 @@ ABORT_COLUMNS = [
 
 
 async def abort(args: argparse.Namespace, fleet: Fleet) -> int:
-    """Abort (by ids, or everything); ``--wait`` without ids aborts until every server is idle."""
+    """Abort (by ids, by age, or everything); ``--wait`` with no selector aborts until every server is idle."""
+    if args.admitted_before is not None or args.max_staleness is not None:
+        selector = StaleSelector(args.admitted_before, args.max_staleness)
+        result = await fleet.abort_stale(args.admitted_before, args.max_staleness, wait=args.wait, timeout_s=args.timeout)
+        return _show(args, result, f"abort {selector.describe()}" + (" (wait)" if args.wait else ""), ABORT_COLUMNS)
     if args.ids or not args.wait:
         result = await fleet.abort(args.ids or None, wait=args.wait, timeout_s=args.timeout)
         return _show(args, result, "abort" + (" (wait)" if args.wait else ""), ABORT_COLUMNS)

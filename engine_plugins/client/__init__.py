@@ -6,6 +6,7 @@ routes or vLLM's dev-mode routes (detected), plus partial rollouts that survive 
     async with Fleet(["http://10.0.0.1:30000", "http://10.0.0.2:30000"], api_key=key) as fleet:
         drained = await fleet.abort_until_idle(timeout_s=60)
         bumped = await fleet.update_weight_version("step-42")
+        fenced = await fleet.abort_stale(max_staleness=2, wait=True)   # too old for the trainer
 """
 
 from .detect import Detection, Flavor
@@ -13,12 +14,12 @@ from .errors import ServerError
 from .fleet import Fleet, FleetResult, ServerResult
 from .loads import Load, LoadParseError, parse_loads, parse_vllm_metrics
 from .polling import Deadline
-from .results import AbortOutcome, PauseOutcome, VersionOutcome
+from .results import AbortOutcome, PauseOutcome, StaleSelector, VersionOutcome
 from .rollout import Attempt, Rollout, run_rollout
 from .server import ServerClient
 
 __all__ = [
     "AbortOutcome", "Attempt", "Deadline", "Detection", "Fleet", "FleetResult", "Flavor", "Load", "LoadParseError",
-    "PauseOutcome", "Rollout", "ServerClient", "ServerError", "ServerResult", "VersionOutcome", "parse_loads",
+    "PauseOutcome", "Rollout", "ServerClient", "ServerError", "ServerResult", "StaleSelector", "VersionOutcome", "parse_loads",
     "parse_vllm_metrics", "run_rollout",
 ]

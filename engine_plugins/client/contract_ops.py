@@ -17,7 +17,7 @@ from ..schema import AbortResult, LoadsResult, PartialGenerateResult, PauseState
 from .errors import ServerError, answer_problems
 from .loads import Load, load_from_contract
 from .polling import Backoff, Deadline
-from .results import AbortOutcome, PauseOutcome, Progress, VersionOutcome
+from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome
 from .transport import Transport
 
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -46,8 +46,16 @@ class ContractOps:
 
     async def abort(self, request_ids: Optional[list[str]], wait: bool, timeout_s: float) -> AbortOutcome:
         """``POST /abort_requests``; with *wait* the server waits (up to *timeout_s*) for release."""
+        return await self._abort({"request_ids": list(request_ids) if request_ids else None}, wait, timeout_s)
+
+    async def abort_stale(self, selector: StaleSelector, wait: bool, timeout_s: float) -> AbortOutcome:
+        """``POST /abort_requests`` with ``admitted_before`` or ``max_staleness``: the server selects
+        the requests by the version they were admitted under."""
+        return await self._abort(selector.body(), wait, timeout_s)
+
+    async def _abort(self, selection: dict[str, Any], wait: bool, timeout_s: float) -> AbortOutcome:
         started = time.monotonic()
-        body: dict[str, Any] = {"request_ids": list(request_ids) if request_ids else None, "wait": wait}
+        body: dict[str, Any] = {**selection, "wait": wait}
         http_timeout = timeout_s
         if wait:
             body["timeout_s"] = max(timeout_s - ANSWER_MARGIN_S, timeout_s * 0.8)

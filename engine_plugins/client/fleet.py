@@ -14,7 +14,7 @@ import httpx
 
 from .errors import ServerError
 from .polling import Deadline
-from .results import Progress, no_progress
+from .results import Progress, StaleSelector, no_progress
 from .server import ServerClient
 from .transport import HttpClientOwner
 
@@ -131,6 +131,22 @@ class Fleet(HttpClientOwner):
     async def abort(self, request_ids: Optional[Sequence[str]] = None, wait: bool = False, timeout_s: float = 30.0) -> FleetResult:
         """Abort everything (or *request_ids*, on every server) once; with *wait*, until released."""
         return await self.run("abort", lambda s, d: s.abort(request_ids, wait, d.remaining()), timeout_s)
+
+    async def abort_stale(
+        self,
+        admitted_before: Optional[str] = None,
+        max_staleness: Optional[int] = None,
+        wait: bool = False,
+        timeout_s: float = 30.0,
+    ) -> FleetResult:
+        """Abort, on every server at once and within *timeout_s* overall, the requests admitted
+        under a version older than *admitted_before* or *max_staleness* or more bumps ago (give
+        exactly one; each server orders its own bumps); with *wait*, until they are released.
+        A server without the plugin is an ``unsupported`` result, with nothing aborted there."""
+        StaleSelector(admitted_before, max_staleness)  # a bad selector is the caller's error, raised here
+        return await self.run(
+            "abort_stale", lambda s, d: s.abort_stale(admitted_before, max_staleness, wait, d.remaining()), timeout_s
+        )
 
     async def abort_until_idle(self, timeout_s: float = 60.0, progress: Progress = no_progress) -> FleetResult:
         """Abort until every server is idle, concurrently, all within *timeout_s*; a result per server."""

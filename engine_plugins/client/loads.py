@@ -45,6 +45,8 @@ class Load:
     paused: Optional[bool] = None
     weight_version: Optional[str] = None
     engine: Optional[str] = None
+    in_flight_by_version: Optional[dict[str, int]] = None
+    """The contract's in-flight requests by the version they were admitted under (None when not reported)."""
 
     @property
     def idle(self) -> bool:
@@ -63,6 +65,7 @@ class Load:
             "paused": self.paused,
             "weight_version": self.weight_version,
             "engine": self.engine,
+            "in_flight_by_version": self.in_flight_by_version,
             "idle": self.idle,
         }
 
@@ -109,6 +112,7 @@ def load_from_contract(result: LoadsResult) -> Load:
         paused=result.paused,
         weight_version=result.weight_version,
         engine=result.engine,
+        in_flight_by_version=dict(result.in_flight_by_version),
     )
 
 

@@ -16,7 +16,7 @@ from .contract_ops import ContractOps
 from .detect import Detection, Flavor, detect
 from .loads import Load
 from .polling import Backoff, Deadline
-from .results import AbortOutcome, PauseOutcome, Progress, VersionOutcome, no_progress
+from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome, no_progress
 from .sglang_ops import SGLangOps
 from .transport import DEFAULT_TIMEOUT_S, HttpClientOwner, Transport
 from .vllm_ops import VLLMOps
@@ -68,6 +68,20 @@ class ServerClient(HttpClientOwner):
         ops = await self.ops(timeout_s)
         return await ops.abort(list(request_ids) if request_ids else None, wait, timeout_s)
 
+    async def abort_stale(
+        self,
+        admitted_before: Optional[str] = None,
+        max_staleness: Optional[int] = None,
+        wait: bool = False,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> AbortOutcome:
+        """Abort the requests admitted under a version older than *admitted_before*, or
+        *max_staleness* or more bumps ago (give exactly one); with *wait*, until they are released
+        or *timeout_s*. Needs the plugin: a server without it is an ``unsupported`` failure and
+        nothing is aborted there. A version the server never had is an ``http`` failure (400)."""
+        selector = StaleSelector(admitted_before, max_staleness)
+        return await (await self.ops(timeout_s)).abort_stale(selector, wait, timeout_s)
+
     async def abort_until_idle(
         self, timeout_s: float = 60.0, deadline: Optional[Deadline] = None, progress: Progress = no_progress
     ) -> AbortOutcome:
@@ -104,12 +118,17 @@ class ServerClient(HttpClientOwner):
         sampling_params: Optional[dict] = None,
         request_id: Optional[str] = None,
         timeout_s: Optional[float] = None,
+        max_staleness: Optional[int] = None,
     ) -> PartialGenerateResult:
         """``/partial_generate``: the contract's answer (output ids, logprobs, finish reason,
-        ``cancelled``, weight-version spans). *timeout_s* None waits as long as generation takes."""
+        ``cancelled`` and ``cancel_reason``, weight-version spans). *timeout_s* None waits as long
+        as generation takes. *max_staleness*: the server aborts the request once that many
+        version bumps have happened since it was admitted (``cancel_reason`` ``"stale"``)."""
         body: dict[str, Any] = {"input_ids": list(input_ids), "sampling_params": dict(sampling_params or {})}
         if request_id is not None:
             body["request_id"] = request_id
+        if max_staleness is not None:
+            body["max_staleness"] = max_staleness
         ops = await self.ops(DETECT_TIMEOUT_S)
         return await ops.partial_generate(body, timeout_s if timeout_s is not None else 3600.0)
 

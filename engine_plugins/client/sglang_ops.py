@@ -18,7 +18,7 @@ from ..schema import PartialGenerateResult
 from .errors import ServerError
 from .loads import Load, LoadParseError, parse_loads
 from .polling import Backoff, Deadline
-from .results import AbortOutcome, PauseOutcome, Progress, VersionOutcome
+from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome, stale_unsupported
 from .transport import Transport
 
 # The contract's modes in SGLang's words: keep freezes running requests in place.
@@ -65,6 +65,10 @@ class SGLangOps:
             if wait:
                 note += "; it cannot say when given ids are released, so this did not wait"
         return AbortOutcome(None, None, None, False, 1, time.monotonic() - started, note)
+
+    async def abort_stale(self, selector: StaleSelector, wait: bool, timeout_s: float) -> AbortOutcome:
+        """Not offered natively: refused without sending anything, never widened to an abort-all."""
+        raise ServerError(self.t.url, "unsupported", stale_unsupported(selector, "SGLang", "/abort_request"))
 
     async def drain(self, deadline: Deadline, progress: Progress) -> AbortOutcome:
         """Abort all, then poll the loads with backoff (re-aborting each round) until idle or *deadline*."""

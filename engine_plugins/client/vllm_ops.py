@@ -19,7 +19,7 @@ from ..schema import PartialGenerateResult
 from .errors import ServerError
 from .loads import Load, LoadParseError, parse_vllm_metrics
 from .polling import Deadline
-from .results import AbortOutcome, PauseOutcome, Progress, VersionOutcome
+from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome, stale_unsupported
 from .transport import Transport
 
 
@@ -48,6 +48,10 @@ class VLLMOps:
             # The route awaits AsyncLLM.abort, which finishes the requests in the front end.
             note += "; vLLM finished them in its front end before answering"
         return AbortOutcome(None, None, None, False, 1, time.monotonic() - started, note)
+
+    async def abort_stale(self, selector: StaleSelector, wait: bool, timeout_s: float) -> AbortOutcome:
+        """Not offered natively: refused without sending anything, never widened to an abort-all."""
+        raise ServerError(self.t.url, "unsupported", stale_unsupported(selector, "vLLM", "/abort_requests"))
 
     async def drain(self, deadline: Deadline, progress: Progress) -> AbortOutcome:
         """Abort all, then ``/pause?mode=abort`` (returns once the engine has finished every request)

@@ -26,7 +26,7 @@ async def abort(control, request_ids, wait, timeout_s, reason, http_request):
     if m is None:
         return None
     started = time.perf_counter()
-    result = await control.abort(request_ids, wait, timeout_s)
+    result = await control.abort(request_ids, wait, timeout_s, reason)
     if wait:
         m.abort_wait_seconds.labels(reason=reason).observe(time.perf_counter() - started)
     m.requests_aborted.labels(route=_route(http_request), reason=reason).inc(result.aborted)
@@ -47,14 +47,14 @@ async def update_weight_version(control, new_version, abort_all_requests):
 
 
 @hookimpl
-async def partial_generate(control, input_ids, sampling_params, request_id):
+async def partial_generate(control, input_ids, sampling_params, request_id, max_staleness):
     """Generate through the control; count cancelled generations and the tokens they returned."""
     m = instruments.get()
     if m is None:
         return None
     _refresh(m, control)
     try:
-        result = await control.partial_generate(input_ids, sampling_params, request_id)
+        result = await control.partial_generate(input_ids, sampling_params, request_id, max_staleness)
     finally:
         _refresh(m, control)
     if result.cancelled:

@@ -12,6 +12,7 @@ IDLE = {
     "paused": False,
     "weight_version": "default",
     "engine": "stub",
+    "in_flight_by_version": {},
 }
 
 
