@@ -15,6 +15,7 @@ import uuid
 from typing import Awaitable, Callable, Iterator, Optional
 
 from .errors import ContractError
+from .model_limits import check_request
 from .registry import InFlight, InFlightRegistry
 from .schema import (
     AbortResult,
@@ -219,6 +220,8 @@ class RolloutControl:
         With *max_staleness*, the request is aborted (``cancel_reason: "stale"``) at the bump
         that makes it that many bumps old.
         """
+        # Before anything else: an id outside the vocabulary would reach (and on SGLang kill) the engine.
+        check_request(self.seam.model_limits(), input_ids, sampling_params)
         request_id = request_id or uuid.uuid4().hex
         if self.pause_mode == "abort":
             return _cancelled_empty(request_id)

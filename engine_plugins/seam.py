@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Optional, Protocol, Sequence
 
+from .model_limits import ModelLimits
 from .registry import InFlight, InFlightRegistry
 from .schema import SamplingParams, WeightVersionSpan
 
@@ -40,6 +41,9 @@ class EngineSeam(Protocol):
 
     def ready(self) -> bool:
         """Whether the engine can serve now (False answers 503)."""
+
+    def model_limits(self) -> ModelLimits:
+        """The served model's vocabulary size and context length, as the engine knows them."""
 
     def generate(self, rid: str, input_ids: list[int], params: SamplingParams) -> AsyncIterator[Generation]:
         """Generate for engine id *rid*, yielding cumulative snapshots; the last one is final.

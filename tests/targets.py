@@ -123,7 +123,8 @@ def stub_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: 
 
 
 TARGETS: dict[str, Callable[[Path], ContextManager[Target]]] = {
-    "stub": lambda tmp: stub_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005"),
+    # The context length of the real targets' tiny models, so that limits are tested alike.
+    "stub": lambda tmp: stub_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--context-length", "2048"),
 }
 
 

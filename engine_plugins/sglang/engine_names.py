@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, AsyncIterator, Callable, Optional
 
 from ..errors import StartupError
+from ..model_limits import ModelLimits
 
 SUPPORTED_VERSION = "0.5.23"
 
@@ -37,7 +38,9 @@ TOKENIZER_MANAGER_METHODS = (
     "config_value",
 )
 # Attributes a TokenizerManager sets on itself in __init__: checked on each instance.
-TOKENIZER_MANAGER_ATTRIBUTES = ("rid_to_state", "is_pause", "is_pause_cond", "incremental_streaming_output")
+TOKENIZER_MANAGER_ATTRIBUTES = (
+    "rid_to_state", "is_pause", "is_pause_cond", "incremental_streaming_output", "model_config", "context_len",
+)
 REQ_STATE_FIELDS = ("dispatched", "abort_sent")
 # Fields of the request objects the plugin builds or reads.
 REQUEST_FIELDS = {
@@ -218,6 +221,29 @@ class SGLangEngine:
         self.tm = tm
 
     # --- requests ---------------------------------------------------------------------------
+
+    def model_limits(self) -> ModelLimits:
+        """The model's vocabulary (its embedding's rows) and the context length SGLang serves."""
+        return ModelLimits(int(self.tm.model_config.vocab_size), int(self.tm.context_len))
+
+    def out_of_vocabulary(self, obj: Any) -> Optional[str]:
+        """Why a native ``GenerateReqInput``'s token ids cannot reach the model, or None.
+
+        SGLang passes ``input_ids`` to the embedding unchecked, and one id past the vocabulary
+        kills the scheduler (and every request on the server). ``input_ids`` is None for text
+        prompts, a list of ids, or a list of such lists for a batch.
+        """
+        ids = getattr(obj, "input_ids", None)
+        if not ids:
+            return None
+        top = self.model_limits().vocab_size - 1
+        prompts = ids if isinstance(ids[0], list) else [ids]
+        for p, prompt in enumerate(prompts):
+            for i, token in enumerate(prompt):
+                if not (isinstance(token, int) and 0 <= token <= top):
+                    where = f"input_ids[{p}][{i}]" if prompts is ids else f"input_ids[{i}]"
+                    return f"{where} = {token!r} is outside the model's vocabulary (token ids 0 to {top})"
+        return None
 
     def generate(self, rid: str, input_ids: list[int], sampling_params: dict) -> AsyncIterator[dict]:
         """SGLang's ``generate_request`` for token ids, streamed, with logprobs."""

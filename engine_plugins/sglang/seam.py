@@ -11,6 +11,7 @@ import logging
 from typing import AsyncIterator, Optional, Sequence
 
 from ..errors import ContractError
+from ..model_limits import ModelLimits
 from ..registry import InFlight
 from ..schema import SamplingParams, WeightVersionSpan
 from ..seam import Generation
@@ -45,6 +46,10 @@ class SGLangSeam:
     def ready(self) -> bool:
         """The seam exists only once SGLang has built its TokenizerManager."""
         return True
+
+    def model_limits(self) -> ModelLimits:
+        """The served model's vocabulary and context length, from the TokenizerManager."""
+        return self.sglang.model_limits()
 
     def api_keys(self) -> list[str]:
         """SGLang's ``--admin-api-key``, else its ``--api-key`` (its ADMIN_OPTIONAL rule)."""

@@ -226,6 +226,12 @@ def tracker_for(names: SGLangNames, tm: Any) -> Tracker:
     return tracker
 
 
+async def _refuse(message: str) -> AsyncIterator[dict]:
+    """A generator that refuses the request on its first step, as SGLang's own checks do."""
+    raise ValueError(message)
+    yield {}  # pragma: no cover - makes this an async generator
+
+
 def register_hooks(names: SGLangNames) -> RegisteredHooks:
     """Register the TokenizerManager hooks with SGLang's hook registry, which applies them once
     every plugin has loaded (and only once per process)."""
@@ -234,7 +240,12 @@ def register_hooks(names: SGLangNames) -> RegisteredHooks:
         tracker_for(names, tm)
 
     def generate_request(original: Any, tm: Any, obj: Any, request: Any = None) -> AsyncIterator[dict]:
-        return tracker_for(names, tm).track(original(tm, obj, request), obj)
+        tracker = tracker_for(names, tm)
+        problem = tracker.sglang.out_of_vocabulary(obj)
+        if problem is not None:
+            # SGLang's routes answer a ValueError from the generator as a 400 with its message.
+            return _refuse(problem)
+        return tracker.track(original(tm, obj, request), obj)
 
     def mark_state_dispatched(original: Any, tm: Any, rid: str) -> None:
         original(tm, rid)

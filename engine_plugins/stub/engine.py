@@ -13,6 +13,7 @@ import random
 import zlib
 from typing import AsyncIterator, Optional, Sequence
 
+from ..model_limits import ModelLimits
 from ..registry import InFlight, InFlightRegistry
 from ..schema import SamplingParams, WeightVersionSpan
 from ..seam import Generation
@@ -26,6 +27,8 @@ class StubEngine:
     ``step_s``: seconds per decode step. ``tokenize_s``: seconds a request spends "tokenizing"
     before it can be dispatched. ``release_delay_s``: how long an aborted request takes to
     release (a slow engine, for abort-with-wait time-outs). ``api_key``: the engine's own key.
+    ``vocab_size``, ``context_length``: the "model's" limits (a long context by default: the stub
+    has no model, and tests run requests that never end on their own).
     """
 
     engine = "stub"
@@ -37,12 +40,14 @@ class StubEngine:
         release_delay_s: float = 0.0,
         vocab_size: int = 512,
         api_key: Optional[str] = None,
+        context_length: int = 1_000_000,
     ) -> None:
         self.registry = InFlightRegistry()
         self.step_s = step_s
         self.tokenize_s = tokenize_s
         self.release_delay_s = release_delay_s
         self.vocab_size = vocab_size
+        self.context_length = context_length
         self._api_key = api_key
         self._version = "default"
         self._paused: Optional[str] = None
@@ -56,6 +61,10 @@ class StubEngine:
     def ready(self) -> bool:
         """Always ready."""
         return True
+
+    def model_limits(self) -> ModelLimits:
+        """The stub's vocabulary and context length."""
+        return ModelLimits(self.vocab_size, self.context_length)
 
     def api_keys(self) -> list[str]:
         """The stub's own key, if it was given one."""

@@ -65,6 +65,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--tokenize-s", type=float, default=0.0, help="seconds a request spends tokenizing")
     parser.add_argument("--release-delay-s", type=float, default=0.0, help="seconds an aborted request takes to release")
     parser.add_argument("--api-key", default=None, help="the engine's own API key")
+    parser.add_argument("--context-length", type=int, default=1_000_000, help="the model's context length in tokens")
     args = parser.parse_args(argv)
-    engine = StubEngine(step_s=args.step_s, tokenize_s=args.tokenize_s, release_delay_s=args.release_delay_s, api_key=args.api_key)
+    engine = StubEngine(step_s=args.step_s, tokenize_s=args.tokenize_s, release_delay_s=args.release_delay_s,
+                        api_key=args.api_key, context_length=args.context_length)
     uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")

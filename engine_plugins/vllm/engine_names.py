@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Sequence
 
 from ..errors import StartupError
+from ..model_limits import ModelLimits
 from ..schema import SamplingParams as ContractSampling
 from ..schema import WeightVersionSpan
 from ..seam import Generation
@@ -43,6 +44,8 @@ ENGINE_CLIENT_ATTRIBUTES = (
     "update_weight_version",
     "get_weight_version",
     "errored",
+    "model_config.get_vocab_size",
+    "model_config.max_model_len",
     "renderer.render_cmpl_async",
     "output_processor.abort_requests",
     "engine_core.add_request_async",
@@ -129,6 +132,11 @@ class VllmEngine:
         return bool(self.llm.errored)
 
     # --- requests ---------------------------------------------------------------------------
+
+    def model_limits(self) -> ModelLimits:
+        """The model's vocabulary (its embedding's rows) and the context length vLLM serves."""
+        config = self.llm.model_config
+        return ModelLimits(int(config.get_vocab_size()), int(config.max_model_len))
 
     def sampling_params(self, params: ContractSampling) -> Any:
         """The contract's sampling params as vLLM ``SamplingParams``, with the sampled token's

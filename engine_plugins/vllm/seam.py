@@ -9,6 +9,7 @@ import contextlib
 from typing import AsyncIterator, Sequence
 
 from ..errors import ContractError
+from ..model_limits import ModelLimits
 from ..registry import InFlight
 from ..schema import SamplingParams
 from ..seam import Generation
@@ -29,6 +30,10 @@ class VllmSeam:
     def ready(self) -> bool:
         """False once the engine core has died."""
         return not self.vllm.errored()
+
+    def model_limits(self) -> ModelLimits:
+        """The served model's vocabulary and ``--max-model-len``, from the engine client."""
+        return self.vllm.model_limits()
 
     def api_keys(self) -> list[str]:
         """vLLM's own ``--api-key`` values (or ``VLLM_API_KEY``)."""

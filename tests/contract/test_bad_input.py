@@ -65,3 +65,32 @@ async def test_bad_input_does_not_stop_the_engine_serving_concurrent_requests(ta
         results = await asyncio.gather(*good, *bad)
     assert all(r["finish_reason"] == "length" for r in results[:4])
     assert all(r.status_code == 400 for r in results[4:])
+
+
+# Values the schema accepts but the served model cannot take: (body, words the message must contain).
+# The ids and lengths are far past any tiny model's vocabulary (a few hundred) and context (2,048).
+BEYOND_THE_MODEL = [
+    ({"input_ids": [1, 10**6]}, ["input_ids[1]", "1000000", "vocabulary"]),
+    ({"input_ids": [1], "sampling_params": {"stop_token_ids": [2, 10**6]}}, ["stop_token_ids[1]", "vocabulary"]),
+    ({"input_ids": [1] * 100_000}, ["input_ids", "100000 tokens", "context length"]),
+    ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 10**7}}, ["max_new_tokens", "10000000", "context length"]),
+]
+
+
+async def test_values_the_model_cannot_take_are_a_400_naming_the_limit_and_harm_no_request(target):
+    async with Api(target) as api:
+        [survivor] = api.start(1, 600, prefix="model-survivor")
+        await api.wait_in_flight(1)
+        for body, words in BEYOND_THE_MODEL:
+            response = await api.http.post("/partial_generate", json=body)
+            assert response.status_code == 400, f"{str(body)[:80]} -> {response.status_code} {response.text[:300]}"
+            error = response.json()["error"]
+            assert error["type"] == "invalid_request"
+            for word in words:
+                assert word in error["message"], f"{str(body)[:80]}: {word!r} not in {error['message']!r}"
+        # The engine still serves: the survivor ran to its end and a new request generates.
+        result = await survivor
+        after = await api.generate(8)
+        assert (await api.loads())["in_flight"] == 0
+    assert result["finish_reason"] == "length" and len(result["output_ids"]) == 600
+    assert after["finish_reason"] == "length" and len(after["output_ids"]) == 8

@@ -108,3 +108,28 @@ async def _sglang_resume(api):
 async def test_sglangs_own_abort_all_reaches_requests_held_by_its_own_pause(target):
     """The measured failure, with SGLang's own routes: the abort used to be lost."""
     await _held_native_requests_are_counted_then_aborted(target, _sglang_pause, _sglang_abort, _sglang_resume)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_native_token_id_outside_the_vocabulary_is_a_400_not_a_dead_engine(target, stream):
+    """SGLang 0.5.23 passes native ``input_ids`` to its embedding unchecked: one id past the
+    vocabulary killed the scheduler and every request with it. With the plugin it is a 400."""
+    async with Api(target) as api:
+        survivor = asyncio.create_task(api.post("/generate", native_body(400, f"oov-survivor-{uuid.uuid4().hex}")))
+        await api.wait_in_flight(1)
+        bad = {**native_body(4, f"oov-{uuid.uuid4().hex}"), "input_ids": [1, 10**6], "stream": stream}
+        response = await api.post("/generate", bad)
+        batch = {**native_body(4, f"oov-batch-{uuid.uuid4().hex}"), "input_ids": [[1, 2], [3, 10**6]]}
+        batch.pop("rid")
+        batch_response = await api.post("/generate", batch)
+        after = await api.post("/generate", native_body(8, f"oov-after-{uuid.uuid4().hex}"))
+        kept = await survivor
+    if stream:
+        # A stream has already said 200; SGLang sends the error as the stream's one event.
+        assert response.status_code == 200 and "vocabulary" in response.text and "input_ids[1]" in response.text, response.text
+    else:
+        assert response.status_code == 400, response.text
+        assert "input_ids[1]" in response.json()["error"]["message"] and "vocabulary" in response.text
+    assert batch_response.status_code == 400 and "input_ids[1][1]" in batch_response.text, batch_response.text
+    assert after.status_code == 200 and len(after.json()["output_ids"]) == 8
+    assert kept.status_code == 200 and len(kept.json()["output_ids"]) == 400

@@ -91,8 +91,12 @@ async def generate_request(request: Request) -> Any:
     tm = _global_state.tokenizer_manager
     if obj.stream:
         async def chunks():
-            async for out in tm.generate_request(obj, request):
-                yield f"data: {json.dumps(out)}\n\n"
+            try:
+                async for out in tm.generate_request(obj, request):
+                    yield f"data: {json.dumps(out)}\n\n"
+            except ValueError as exc:  # a refused request is the stream's one event (955-975)
+                error = {"message": str(exc), "type": "invalid_request_error", "code": 400, "retryable": False}
+                yield f"data: {json.dumps({'error': error})}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(chunks(), media_type="text/event-stream")

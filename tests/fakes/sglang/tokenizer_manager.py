@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import types
 from typing import Any, AsyncIterator, Optional
 
 from .io_struct import AbortReq, ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
@@ -61,6 +62,8 @@ class TokenizerManager:
         self._weight_version = "default"
         self._recv: asyncio.Queue = asyncio.Queue()
         self.scheduler = FakeScheduler(self._recv.put_nowait, step_s, deterministic)
+        # SGLang's ModelConfig: the plugin reads its vocab_size (configs/model_config.py).
+        self.model_config = types.SimpleNamespace(vocab_size=self.scheduler.vocab_size)
         self._tasks: list[asyncio.Task] = []
 
     def auto_create_handle_loop(self) -> None:

@@ -447,6 +447,17 @@ class Renderer:
         return rendered
 
 
+class ModelConfig:
+    """The two parts of vLLM's ``ModelConfig`` the plugin reads (config/model.py)."""
+
+    def __init__(self, vocab_size: int, max_model_len: int) -> None:
+        self._vocab_size = vocab_size
+        self.max_model_len = max_model_len
+
+    def get_vocab_size(self) -> int:
+        return self._vocab_size
+
+
 class AsyncLLM:
     """The fake ``AsyncLLM``: the same public surface and internals the plugin uses."""
 
@@ -455,6 +466,7 @@ class AsyncLLM:
         self.output_processor = OutputProcessor()
         self.engine_core = EngineCoreClient(EngineCore(step_s, vocab_size, max_num_seqs))
         self.renderer = Renderer(max_model_len)
+        self.model_config = ModelConfig(vocab_size, max_model_len)
         self._output_handler: Optional[asyncio.Task] = None
 
     def start(self) -> None:
