@@ -8,29 +8,10 @@ of the engines' internals do not run the engines' /metrics, so they are not targ
 import asyncio
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from .api import Api
+from .metrics import moved, scrape, value
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("stub", "sglang", "vllm")]
-
-
-async def scrape(api: Api) -> dict[tuple[str, frozenset], float]:
-    """Every ``engine_plugins_*`` sample on /metrics, by name and labels."""
-    response = await api.http.get("/metrics")
-    assert response.status_code == 200, response.text
-    samples = {}
-    for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            if sample.name.startswith("engine_plugins_"):
-                samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return samples
-
-
-def moved(before: dict, after: dict, name: str, **labels: str) -> float:
-    """How much one sample grew between two scrapes (a sample not yet there counts as 0)."""
-    key = (name, frozenset(labels.items()))
-    return after.get(key, 0.0) - before.get(key, 0.0)
 
 
 async def test_an_abort_with_wait_moves_the_abort_salvage_and_wait_metrics(target):
@@ -49,7 +30,7 @@ async def test_an_abort_with_wait_moves_the_abort_salvage_and_wait_metrics(targe
     assert moved(before, after, "engine_plugins_partial_generations_cancelled_total") == n
     assert moved(before, after, "engine_plugins_salvaged_tokens_total") == salvaged
     assert moved(before, after, "engine_plugins_abort_wait_seconds_count", reason="request") == 1
-    assert after[("engine_plugins_requests_in_flight", frozenset())] == 0
+    assert value(after, "engine_plugins_requests_in_flight") == 0
 
 
 async def test_a_version_bump_moves_the_version_metrics(target):
@@ -58,4 +39,4 @@ async def test_a_version_bump_moves_the_version_metrics(target):
         await api.ok("POST", "/update_weight_version", {"new_version": "metrics-v9"})
         after = await scrape(api)
     assert moved(before, after, "engine_plugins_weight_version_updates_total") == 1
-    assert after[("engine_plugins_weight_version", frozenset({("version", "metrics-v9")}))] == 1
+    assert value(after, "engine_plugins_weight_version", version="metrics-v9") == 1

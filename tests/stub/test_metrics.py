@@ -8,29 +8,11 @@ import asyncio
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from contract.api import Api
+from contract.metrics import moved, scrape, value
 from targets import stub_server
 
 pytestmark = pytest.mark.anyio
-
-
-async def scrape(api: Api) -> dict[tuple[str, frozenset], float]:
-    """Every ``engine_plugins_*`` sample on /metrics, by name and labels."""
-    response = await api.http.get("/metrics")
-    assert response.status_code == 200
-    samples = {}
-    for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            if sample.name.startswith("engine_plugins_"):
-                samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return samples
-
-
-def value(samples: dict, name: str, **labels: str) -> float:
-    """One sample's value; 0 when it is not there (a counter not yet incremented)."""
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +33,12 @@ async def test_an_abort_with_wait_counts_requests_tokens_and_the_wait(stub):
         results = await asyncio.gather(*tasks)
         after = await scrape(api)
 
-    def moved(name, **labels):
-        return value(after, name, **labels) - value(before, name, **labels)
-
-    assert moved("engine_plugins_requests_aborted_total", route="/abort_requests", reason="request") == 3
-    assert moved("engine_plugins_abort_wait_seconds_count", reason="request") == 1
-    assert moved("engine_plugins_abort_wait_seconds_sum", reason="request") > 0
-    assert moved("engine_plugins_partial_generations_cancelled_total") == 3
+    assert moved(before, after, "engine_plugins_requests_aborted_total", route="/abort_requests", reason="request") == 3
+    assert moved(before, after, "engine_plugins_abort_wait_seconds_count", reason="request") == 1
+    assert moved(before, after, "engine_plugins_abort_wait_seconds_sum", reason="request") > 0
+    assert moved(before, after, "engine_plugins_partial_generations_cancelled_total") == 3
     salvaged = sum(len(r["output_ids"]) for r in results)
-    assert salvaged > 0 and moved("engine_plugins_salvaged_tokens_total") == salvaged
+    assert salvaged > 0 and moved(before, after, "engine_plugins_salvaged_tokens_total") == salvaged
     assert value(after, "engine_plugins_requests_in_flight") == 0
 
 

@@ -4,31 +4,13 @@ that led to them (a client's abort by age, or the bump that fenced partial gener
 import asyncio
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from contract.api import Api
+from contract.metrics import moved, scrape
 from targets import stub_server
 
 pytestmark = pytest.mark.anyio
 
 ABORTED = "engine_plugins_requests_aborted_total"
-
-
-async def aborted_by(api: Api) -> dict[frozenset, float]:
-    """The aborted counter's samples, by their labels."""
-    response = await api.http.get("/metrics")
-    assert response.status_code == 200
-    return {
-        frozenset(sample.labels.items()): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-        if sample.name == ABORTED
-    }
-
-
-def moved(before: dict, after: dict, **labels: str) -> float:
-    key = frozenset(labels.items())
-    return after.get(key, 0.0) - before.get(key, 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +21,7 @@ def stub(tmp_path_factory):
 
 async def test_stale_aborts_are_counted_with_reason_stale_by_route(stub):
     async with Api(stub) as api:
-        before = await aborted_by(api)
+        before = await scrape(api)
         old = api.start(2, 100_000, prefix="metrics-old")
         fenced = asyncio.create_task(api.ok("POST", "/partial_generate", {
             "input_ids": [1, 2], "sampling_params": {"max_new_tokens": 100_000}, "request_id": "metrics-fenced", "max_staleness": 1,
@@ -49,7 +31,7 @@ async def test_stale_aborts_are_counted_with_reason_stale_by_route(stub):
         assert (await fenced)["cancel_reason"] == "stale"
         await api.ok("POST", "/abort_requests", {"admitted_before": "metrics-stale-v1", "wait": True})
         await asyncio.gather(*old)
-        after = await aborted_by(api)
-    assert moved(before, after, route="/update_weight_version", reason="stale") == 1
-    assert moved(before, after, route="/abort_requests", reason="stale") == 2
-    assert moved(before, after, route="/abort_requests", reason="request") == 0
+        after = await scrape(api)
+    assert moved(before, after, ABORTED, route="/update_weight_version", reason="stale") == 1
+    assert moved(before, after, ABORTED, route="/abort_requests", reason="stale") == 2
+    assert moved(before, after, ABORTED, route="/abort_requests", reason="request") == 0
