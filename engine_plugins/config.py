@@ -37,6 +37,16 @@ def _positive_seconds(name: str, raw: str) -> float:
     return value
 
 
+def _positive_bytes(name: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a whole number of bytes") from None
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r}: expected a positive number of bytes")
+    return value
+
+
 def _route_prefix(name: str, raw: str) -> str:
     value = raw.strip()
     if value == "":
@@ -73,6 +83,8 @@ class Settings:
     """ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES: replace an engine route with the same path and method (default true)."""
     trace: bool = False
     """ENGINE_PLUGINS_TRACE: log every hook call, which plugin answered, and how long it took (default false)."""
+    max_body_bytes: int = 16 * 1024 * 1024
+    """ENGINE_PLUGINS_MAX_BODY_BYTES: the largest request body a contract route reads (default 16 MiB)."""
 
 
 _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
@@ -83,6 +95,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "plugins": ("ENGINE_PLUGINS_PLUGINS", _name_list),
     "replace_native_routes": ("ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES", _bool),
     "trace": ("ENGINE_PLUGINS_TRACE", _bool),
+    "max_body_bytes": ("ENGINE_PLUGINS_MAX_BODY_BYTES", _positive_bytes),
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}
 

@@ -48,9 +48,16 @@ class _Context:
     settings: Settings
 
 
-async def parse_body(request: Request, model: Type[BaseModel]) -> Any:
-    """Parse the JSON body into *model*; an absent body is ``{}``. Raises a 400 naming the problem."""
+async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -> Any:
+    """Parse the JSON body into *model*; an absent body is ``{}``. Raises a 400 naming the problem,
+    or a 413 naming the limit for a body over *max_bytes* (refused by its Content-Length before
+    it is read, when the client sends one)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(int(declared), max_bytes)
     raw = await request.body()
+    if len(raw) > max_bytes:
+        raise _too_large(len(raw), max_bytes)
     data: Any = {}
     if raw.strip():
         try:
@@ -63,6 +70,13 @@ async def parse_body(request: Request, model: Type[BaseModel]) -> Any:
         return model.model_validate(data)
     except ValidationError as exc:
         raise ContractError(400, describe_validation_error(exc)) from None
+
+
+def _too_large(size: int, max_bytes: int) -> ContractError:
+    return ContractError(
+        413, f"the body of {size} bytes is over the limit of {max_bytes} bytes (ENGINE_PLUGINS_MAX_BODY_BYTES)",
+        "request_too_large",
+    )
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -86,7 +100,7 @@ def _json(result: Any) -> Any:
 
 
 async def _abort(ctx: _Context, request: Request) -> Any:
-    body = await parse_body(request, AbortRequest)
+    body = await parse_body(request, AbortRequest, ctx.settings.max_body_bytes)
     timeout_s = body.timeout_s if body.timeout_s is not None else ctx.settings.abort_timeout_s
     request_ids, reason = body.request_ids or None, "request"
     if body.by_age():
@@ -106,7 +120,7 @@ async def _loads(ctx: _Context, request: Request) -> Any:
 
 
 async def _update_weight_version(ctx: _Context, request: Request) -> Any:
-    body = await parse_body(request, UpdateWeightVersionRequest)
+    body = await parse_body(request, UpdateWeightVersionRequest, ctx.settings.max_body_bytes)
     abort_all = body.abort_all_requests
     if abort_all is None:
         abort_all = ctx.settings.abort_on_weight_version
@@ -116,7 +130,7 @@ async def _update_weight_version(ctx: _Context, request: Request) -> Any:
 
 
 async def _partial_generate(ctx: _Context, request: Request) -> Any:
-    body = await parse_body(request, PartialGenerateRequest)
+    body = await parse_body(request, PartialGenerateRequest, ctx.settings.max_body_bytes)
     generation = asyncio.ensure_future(
         ctx.hooks.call(
             "partial_generate",
@@ -147,7 +161,7 @@ async def _disconnected(request: Request) -> None:
 
 
 async def _pause(ctx: _Context, request: Request) -> Any:
-    body = await parse_body(request, PauseRequest)
+    body = await parse_body(request, PauseRequest, ctx.settings.max_body_bytes)
     mode = body.mode
     query_mode = request.query_params.get("mode")
     if query_mode is not None:

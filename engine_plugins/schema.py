@@ -26,6 +26,10 @@ class _Response(BaseModel):
 # --- abort ---------------------------------------------------------------------------------
 
 
+MAX_REQUEST_IDS = 100_000
+"""The most ids one ``POST /abort_requests`` may name."""
+
+
 class AbortRequest(_Request):
     """``POST /abort_requests``. No ids (absent, null or empty) means every request.
 
@@ -35,7 +39,9 @@ class AbortRequest(_Request):
     no combination of the two can be read as "every request".
     """
 
-    request_ids: Optional[list[str]] = None
+    # Bounded so that one call cannot make the server scan millions of ids; a fleet's rollout
+    # batch is far smaller.
+    request_ids: Optional[list[str]] = Field(default=None, max_length=MAX_REQUEST_IDS)
     admitted_before: Optional[str] = Field(default=None, min_length=1)
     # 0 would select every request: an abort-all is said with no selector at all.
     max_staleness: Optional[int] = Field(default=None, ge=1)

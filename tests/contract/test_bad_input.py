@@ -94,3 +94,18 @@ async def test_values_the_model_cannot_take_are_a_400_naming_the_limit_and_harm_
         assert (await api.loads())["in_flight"] == 0
     assert result["finish_reason"] == "length" and len(result["output_ids"]) == 600
     assert after["finish_reason"] == "length" and len(after["output_ids"]) == 8
+
+
+async def test_a_body_or_an_id_list_past_its_bound_is_refused_naming_the_limit(target):
+    async with Api(target) as api:
+        [survivor] = api.start(1, 600, prefix="bounds-survivor")
+        await api.wait_in_flight(1)
+        huge = b"{" + b" " * (16 * 1024 * 1024) + b"}"  # 16 MiB and 2 bytes: valid JSON, one past the default limit
+        too_large = await api.http.post("/abort_requests", content=huge, headers={"Content-Type": "application/json"})
+        many = await api.post("/abort_requests", {"request_ids": [f"id-{i}" for i in range(100_001)]})
+        result = await survivor
+    assert too_large.status_code == 413, too_large.text
+    message = too_large.json()["error"]["message"]
+    assert "16777216 bytes" in message and "ENGINE_PLUGINS_MAX_BODY_BYTES" in message
+    assert many.status_code == 400 and "request_ids" in many.text and "100000" in many.text, many.text[:300]
+    assert result["finish_reason"] == "length" and len(result["output_ids"]) == 600
