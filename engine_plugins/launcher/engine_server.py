@@ -17,6 +17,8 @@ Typical fixture::
 from __future__ import annotations
 
 import atexit
+import ctypes
+import functools
 import glob
 import os
 import signal
@@ -395,7 +397,7 @@ class EngineServer:
             self.process = subprocess.Popen(
                 self.command(), cwd=self.repo_root, env=self.environment(),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=self.cpu_profile.place_engine,
+                start_new_session=True, preexec_fn=functools.partial(_in_child_before_exec, self.cpu_profile),
             )
         _running.add(self)
         try:
@@ -510,3 +512,20 @@ class EngineServer:
         pid = self.process.pid if self.process else None
         return f"EngineServer({self.engine!r}, url={self.url!r}, pid={pid})"
 
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _in_child_before_exec(profile: cpu.CpuProfile) -> None:
+    """Run in the server's child before exec: its CPU placement, and SIGTERM when we die.
+
+    atexit stops the servers of a process that exits; a process that is killed (a CI time-out,
+    SIGKILL) runs no atexit, and its engines would keep a core busy for whoever runs next. The
+    kernel's parent-death signal stops the server's leader, whose own handler stops its tree.
+    """
+    profile.place_engine()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # no prctl here: atexit is the only guard
