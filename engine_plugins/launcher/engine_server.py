@@ -522,6 +522,8 @@ def _in_child_before_exec(profile: cpu.CpuProfile) -> None:
     atexit stops the servers of a process that exits; a process that is killed (a CI time-out,
     SIGKILL) runs no atexit, and its engines would keep a core busy for whoever runs next. The
     kernel's parent-death signal stops the server's leader, whose own handler stops its tree.
+    The kernel sends it when the *thread* that started the server ends: start servers from a
+    thread that outlives them (the tests and the demo use the main thread).
     """
     profile.place_engine()
     if sys.platform.startswith("linux"):
