@@ -243,6 +243,9 @@ class RolloutControl:
             changes = self._version_changes.pop(rid)
         # A stream that ended without a finish reason was cut off: report it as aborted.
         finish = latest.finish_reason or "abort"
+        if finish == "abort" and len(latest.output_ids) >= sampling_params.max_new_tokens:
+            # The abort raced the last token (seen on SGLang): nothing is missing, so it is done.
+            finish = "length"
         return PartialGenerateResult(
             request_id=request_id,
             output_ids=latest.output_ids,
@@ -332,9 +335,10 @@ def _reconcile(ranks: list[dict], in_flight: int) -> None:
 def _spans(latest: Generation, changes: list[tuple[int, str]]) -> list[WeightVersionSpan]:
     """The engine's spans when they cover the output exactly; otherwise the ones seen here."""
     n = len(latest.output_ids)
-    engine_spans = latest.weight_versions
+    # Empty spans say nothing (SGLang reports one for a request aborted before its first token).
+    engine_spans = [s for s in latest.weight_versions if s.end > s.start]
     if engine_spans and engine_spans[0].start == 0 and engine_spans[-1].end == n:
-        return list(engine_spans)
+        return engine_spans
     spans: list[WeightVersionSpan] = []
     for i, (start, version) in enumerate(changes):
         end = changes[i + 1][0] if i + 1 < len(changes) else n

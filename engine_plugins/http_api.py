@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, Iterable, Type
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 from pydantic import BaseModel, ValidationError
 
 from .config import Settings
@@ -55,7 +56,11 @@ async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(int(declared), max_bytes)
-    raw = await request.body()
+    try:
+        raw = await request.body()
+    except ClientDisconnect:
+        # Gone before its body arrived: nobody to answer, nothing started, nothing to log.
+        raise _client_closed() from None
     if len(raw) > max_bytes:
         raise _too_large(len(raw), max_bytes)
     data: Any = {}
@@ -64,6 +69,8 @@ async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ContractError(400, f"malformed JSON body: {exc}") from None
+        except RecursionError:
+            raise ContractError(400, "malformed JSON body: nested too deeply") from None
     if not isinstance(data, dict):
         raise ContractError(400, f"the body must be a JSON object, not {type(data).__name__}")
     try:
@@ -151,7 +158,11 @@ async def _partial_generate(ctx: _Context, request: Request) -> Any:
     generation.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await generation
-    raise ContractError(499, "the client closed the connection; the request was aborted", "client_closed")
+    raise _client_closed()
+
+
+def _client_closed() -> ContractError:
+    return ContractError(499, "the client closed the connection; the request was aborted", "client_closed")
 
 
 async def _disconnected(request: Request) -> None:

@@ -37,6 +37,12 @@ from .api import ANSWERS, Api, assert_partial
 pytestmark = pytest.mark.anyio
 
 REAL_TARGETS = {"sglang", "vllm"}
+# An open bug the soak found on the SGLang plugin (seen on the SGLang fake, about once in 400
+# rounds, e.g. seed 20240736): an abort by id with wait covers a request that is then never
+# released, and the wait times out. Until it is fixed, a round failing with only that ends the
+# soak as an expected failure; any other problem fails it.
+KNOWN_RACE = "an abort with wait timed out"
+KNOWN_RACE_TARGETS = {"sglang", "sglang-stub"}
 SEED = 20_240_612
 # The minimum counts. Rounds are sized so that the fast targets do theirs in well under
 # a minute and each real engine in under about three.
@@ -50,9 +56,6 @@ JITTER_S = {"real": 0.5, "fast": 0.05}
 # seconds: long_tokens) misses it. Wider on real engines, whose HTTP loop can stall.
 GRACE_S = {"real": 15.0, "fast": 2.0}
 FENCE_TIMEOUT_S = 30
-# A bug the soak found, pinned by the xfail test at the end: a hang-up before the body is read is
-# logged as a failure with this traceback. Counted apart so that the soak stays green meanwhile.
-KNOWN_DISCONNECT_TRACEBACK = "starlette.requests.ClientDisconnect"
 
 
 class Round:
@@ -66,7 +69,6 @@ class Round:
         self.number = number
         self.jitter = JITTER_S["real" if real else "fast"]
         self.problems: list[str] = []
-        self.empty_spans = 0
 
     def fail(self, what: str) -> None:
         self.problems.append(what)
@@ -227,10 +229,6 @@ class Round:
             status, data = task.result()
             if not self.check_answer("POST", "/partial_generate", what, status, data):
                 continue
-            if not data["output_ids"] and data["weight_versions"] and all(s["start"] == s["end"] == 0 for s in data["weight_versions"]):
-                # Known bug (xfail below): an abort before the first token can leave one empty span.
-                self.empty_spans += 1
-                data = {**data, "weight_versions": []}
             try:
                 assert_partial(data, asked[rid])
             except AssertionError as exc:
@@ -259,38 +257,29 @@ async def test_race_soak_leaves_every_round_idle_well_answered_and_fenced(target
     rounds = ROUNDS["real" if real else "fast"]
     tail = target.log_tail().splitlines()
     new_tracebacks: list[str] = []
-    known_seen = 0
-    empty_spans = 0
     started = time.monotonic()
     async with Api(target) as api:
         await api.warm(8)
         for number in range(rounds):
             round_ = Round(api, number, real)
             await round_.run()
+            if round_.problems and target.name in KNOWN_RACE_TARGETS and all(KNOWN_RACE in p for p in round_.problems):
+                pytest.xfail(f"open bug, a request aborted by id is never released (round {number}, seed "
+                             f"{round_.seed}): " + "; ".join(round_.problems)[:500])
             assert not round_.problems, f"round {number} (seed {round_.seed}):\n" + "\n".join(round_.problems)
-            empty_spans += round_.empty_spans
             # The tail is a window: read it every round so that no traceback scrolls past.
             now = target.log_tail().splitlines()
             fresh = new_log_lines(tail, now)
-            tracebacks = sum("Traceback" in line for line in fresh)
-            known = sum(line.strip() == KNOWN_DISCONNECT_TRACEBACK for line in fresh)
-            known_seen += known
-            if tracebacks > known:
+            if any("Traceback" in line for line in fresh):
                 new_tracebacks.append(f"after round {number} (seed {round_.seed}):\n" + "\n".join(fresh[-60:]))
             tail = now
         # The keep-alive client used for every round still gets answers.
         final = await api.http.get("/v1/loads")
         assert final.status_code == 200 and final.json()["in_flight"] == 0, final.text
     assert not new_tracebacks, "the engine logged tracebacks during the soak:\n" + "\n\n".join(new_tracebacks)
-    print(f"race soak on {target.name}: {rounds} rounds in {time.monotonic() - started:.1f} s; "
-          f"{known_seen} known ClientDisconnect tracebacks, {empty_spans} known empty spans (xfails below)")
+    print(f"race soak on {target.name}: {rounds} rounds in {time.monotonic() - started:.1f} s")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="bug (sglang-stub, soak seed 20240613): a generation aborted before its first token can come "
-    "back with output_ids [] but one empty span {start: 0, end: 0} instead of weight_versions []",
-)
 async def test_a_generation_aborted_before_its_first_token_has_no_span(target):
     async with Api(target) as api:
         await api.warm(4)
@@ -309,12 +298,6 @@ async def test_a_generation_aborted_before_its_first_token_has_no_span(target):
         assert result["weight_versions"] == [], result
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="bug: a client that hangs up before its body is read makes parse_body's request.body() raise "
-    "starlette's ClientDisconnect, which the route logs with a traceback as an unexpected failure "
-    "(and answers 500 to nobody) instead of treating it as the client closing (found by the soak)",
-)
 async def test_a_client_hanging_up_before_its_body_is_read_logs_no_traceback(target):
     if target.name in REAL_TARGETS:
         pytest.skip("reads the whole engine log; the fast targets show it")
