@@ -1,4 +1,5 @@
-"""The metrics plugin on the stub engine's /metrics, scraped while contract operations run.
+"""The metrics plugin on the stub engine's /metrics, scraped while contract operations run
+(stale aborts included: reason ``stale``, by the route that led to them).
 
 The stub serves prometheus_client's default registry on /metrics as both engines do; the plugin
 is loaded from its entry point, as on an engine.
@@ -96,3 +97,21 @@ async def test_the_allowlist_without_metrics_switches_the_plugin_off(tmp_path):
             assert await scrape(api) == {}
             async with httpx.AsyncClient(base_url=target.url) as http:
                 assert "python_gc_objects_collected_total" in (await http.get("/metrics")).text, "/metrics is still served"
+
+
+async def test_stale_aborts_are_counted_with_reason_stale_by_route(stub):
+    async with Api(stub) as api:
+        before = await scrape(api)
+        old = api.start(2, 100_000, prefix="metrics-old")
+        fenced = asyncio.create_task(api.ok("POST", "/partial_generate", {
+            "input_ids": [1, 2], "sampling_params": {"max_new_tokens": 100_000}, "request_id": "metrics-fenced", "max_staleness": 1,
+        }))
+        await api.wait_in_flight(3, running=True)
+        await api.ok("POST", "/update_weight_version", {"new_version": "metrics-stale-v1"})
+        assert (await fenced)["cancel_reason"] == "stale"
+        await api.ok("POST", "/abort_requests", {"admitted_before": "metrics-stale-v1", "wait": True})
+        await asyncio.gather(*old)
+        after = await scrape(api)
+    assert moved(before, after, "engine_plugins_requests_aborted_total", route="/update_weight_version", reason="stale") == 1
+    assert moved(before, after, "engine_plugins_requests_aborted_total", route="/abort_requests", reason="stale") == 2
+    assert moved(before, after, "engine_plugins_requests_aborted_total", route="/abort_requests", reason="request") == 0

@@ -30,7 +30,6 @@ def test_an_unknown_profile_names_the_variable_and_the_choices(monkeypatch):
         cpu.selected_profile()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_server_dies_with_the_process_that_started_it_even_when_that_one_is_killed():
     # A parent that starts a long-lived "server" the way EngineServer does, then is SIGKILLed:
     # no atexit runs, and only the parent-death signal can stop the child.
