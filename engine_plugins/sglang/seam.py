@@ -7,6 +7,7 @@ requests, pause gate and weight version as SGLang's own routes. SGLang is reache
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import AsyncIterator, Optional, Sequence
 
@@ -32,7 +33,13 @@ class SGLangSeam:
     every second). While paused ``in_place``, an abort of running requests first turns the pause
     into ``retract``, since aborted running requests come back only once the scheduler runs
     again; ``retract`` returns them now with their tokens, and the requests not aborted are
-    recomputed from their tokens after resume.
+    recomputed from their tokens after resume. A keep pause that finds aborted requests still
+    running (the scheduler ends them at its next step, which an ``in_place`` pause would never
+    take) is a ``retract`` pause too, and their aborts are sent again so that the scheduler ends
+    them from its waiting queue at once.
+
+    The scheduler's pause state changes under one lock, so that a pause, a resume and an abort
+    that race each other leave the scheduler in the state of the last one.
     """
 
     engine = "sglang"
@@ -42,6 +49,7 @@ class SGLangSeam:
         self.tracker = tracker
         self.registry = tracker.registry
         self._scheduler_pause: Optional[str] = None  # "in_place" or "retract" while paused
+        self._scheduler_state = asyncio.Lock()
 
     def ready(self) -> bool:
         """The seam exists only once SGLang has built its TokenizerManager."""
@@ -110,12 +118,15 @@ class SGLangSeam:
         rid is a prefix of another in-flight rid also aborts that one.
         """
         dispatched = [e for e in entries if e.dispatched]
-        if dispatched and self._scheduler_pause == "in_place":
-            await self.sglang.pause_generation("retract")
-            self._scheduler_pause = "retract"
-        for entry in dispatched:
-            self._warn_prefix_collisions(entry.rid, entries)
-            self.sglang.abort(entry.rid)
+        if dispatched:
+            async with self._scheduler_state:
+                if self._scheduler_pause == "in_place":
+                    await self.sglang.pause_generation("retract")
+                    self._scheduler_pause = "retract"
+                # Sent under the lock: a keep pause that comes next sees these as aborted.
+                for entry in dispatched:
+                    self._warn_prefix_collisions(entry.rid, entries)
+                    self.sglang.abort(entry.rid)
         if len(dispatched) < len(entries):
             self.tracker.wake_held()
 
@@ -145,21 +156,28 @@ class SGLangSeam:
 
     async def pause(self, mode: str) -> None:
         """``keep``: SGLang's ``in_place`` pause. ``abort``: close the pause gate only."""
-        if mode == "keep":
-            if self._scheduler_pause is None:
-                await self.sglang.pause_generation("in_place")
-                self._scheduler_pause = "in_place"
-            return
-        if self._scheduler_pause is not None:
-            # Coming from keep: the scheduler must run for the control's abort to return.
-            await self.sglang.continue_generation()
-            self._scheduler_pause = None
-        await self.sglang.close_pause_gate()
+        async with self._scheduler_state:
+            if mode == "keep":
+                if self._scheduler_pause is None:
+                    aborting = [e for e in self.registry.select(None) if e.aborted and e.dispatched]
+                    scheduler_mode = "retract" if aborting else "in_place"
+                    await self.sglang.pause_generation(scheduler_mode)
+                    self._scheduler_pause = scheduler_mode
+                    for entry in aborting:
+                        if self.registry.get(entry.rid) is entry:
+                            self.sglang.abort(entry.rid)
+                return
+            if self._scheduler_pause is not None:
+                # Coming from keep: the scheduler must run for the control's abort to return.
+                await self.sglang.continue_generation()
+                self._scheduler_pause = None
+            await self.sglang.close_pause_gate()
 
     async def resume(self) -> None:
         """SGLang's ``continue_generation``: opens the gate and restarts the scheduler."""
-        await self.sglang.continue_generation()
-        self._scheduler_pause = None
+        async with self._scheduler_state:
+            await self.sglang.continue_generation()
+            self._scheduler_pause = None
 
 
 def _apply_chunk(out: Generation, chunk: dict, incremental: bool) -> None:

@@ -37,12 +37,6 @@ from .api import ANSWERS, Api, assert_partial
 pytestmark = pytest.mark.anyio
 
 REAL_TARGETS = {"sglang", "vllm"}
-# An open bug the soak found on the SGLang plugin (seen on the SGLang fake, in most 500-round
-# runs; seeds 20240736 and 20240738, rounds 124 and 126): an abort with wait (by id or of
-# everything) covers a request that is then never released, and the wait times out. Until it is fixed, a round failing with only that ends the
-# soak as an expected failure; any other problem fails it.
-KNOWN_RACE = "an abort with wait timed out"
-KNOWN_RACE_TARGETS = {"sglang", "sglang-stub"}
 SEED = 20_240_612
 # The minimum counts. Rounds are sized so that the fast targets do theirs in well under
 # a minute and each real engine in under about three.
@@ -263,9 +257,6 @@ async def test_race_soak_leaves_every_round_idle_well_answered_and_fenced(target
         for number in range(rounds):
             round_ = Round(api, number, real)
             await round_.run()
-            if round_.problems and target.name in KNOWN_RACE_TARGETS and all(KNOWN_RACE in p for p in round_.problems):
-                pytest.xfail(f"open bug, an aborted request is never released (round {number}, seed "
-                             f"{round_.seed}): " + "; ".join(round_.problems)[:500])
             assert not round_.problems, f"round {number} (seed {round_.seed}):\n" + "\n".join(round_.problems)
             # The tail is a window: read it every round so that no traceback scrolls past.
             now = target.log_tail().splitlines()
