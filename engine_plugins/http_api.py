@@ -231,7 +231,7 @@ def build_router(
 ) -> APIRouter:
     """An APIRouter with every contract route under ``settings.route_prefix``.
 
-    Each route checks the API key (``ENGINE_PLUGINS_API_KEY`` or the engine's own keys, read
+    Each route checks the API key (the engine's own keys, else ``ENGINE_PLUGINS_API_KEY``; read
     per request since the engine may configure them after the plugin loads), calls its hook and
     answers JSON. A :class:`ContractError` becomes its status; a plugin's failure a logged 500
     naming the plugin; anything else a logged 500.
@@ -240,7 +240,11 @@ def build_router(
     router = APIRouter()
 
     def keys() -> list[str]:
-        return [settings.api_key or "", *engine_api_keys()]
+        # One rule on every engine: an engine with keys of its own decides (SGLang's middleware
+        # runs before any route and vLLM's guards /v1/loads, so a second key could not open
+        # every contract route); ENGINE_PLUGINS_API_KEY guards the routes of an engine without.
+        own = [k for k in engine_api_keys() if k]
+        return own or [settings.api_key or ""]
 
     for route in CONTRACT_ROUTES:
         router.add_api_route(

@@ -119,6 +119,12 @@ class SGLangNames:
         """``--tokenizer-worker-num`` of the server about to launch."""
         return getattr(server_args, "tokenizer_worker_num", 1) or 1
 
+    @staticmethod
+    def serving_address(server_args: Any) -> tuple[Optional[str], list[str]]:
+        """``--host`` of the server about to launch, and its ``--api-key`` and ``--admin-api-key``."""
+        keys = [getattr(server_args, "api_key", None), getattr(server_args, "admin_api_key", None)]
+        return getattr(server_args, "host", None), [k for k in keys if k]
+
     # --- the objects SGLang hands to the hooks --------------------------------------------------
 
     @staticmethod

@@ -22,6 +22,7 @@ from ..assembly import PluginStack, assemble
 from ..config import ConfigError, describe
 from ..control import RolloutControl
 from ..errors import StartupError
+from ..exposure import unguarded_warning
 from .engine_names import SGLangNames, load_names
 from .routes import MountReport, mount
 from .seam import SGLangSeam
@@ -70,6 +71,10 @@ def install(names: SGLangNames) -> None:
 
     def check_launch(original: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
         hooks.check_applied()
+        host, keys = SGLangNames.serving_address(server_args)
+        warning = unguarded_warning(host, [stack.settings.api_key, *keys])
+        if warning:
+            logger.warning("%s", warning)
         _refuse_multi_tokenizer(server_args)
         return original(server_args, *args, **kwargs)
 

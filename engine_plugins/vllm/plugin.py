@@ -20,6 +20,7 @@ from ..assembly import PluginStack, assemble
 from ..config import Settings, describe
 from ..control import RolloutControl
 from ..errors import StartupError
+from ..exposure import unguarded_warning
 from . import engine_names
 from .engine_names import VllmEngine, VllmNames
 from .routes import mount
@@ -62,6 +63,10 @@ class VllmEndpointPlugin:
     async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:
         """Check the engine and the flags, then build the control over this ``AsyncLLM``."""
         self._keys = engine_names.engine_api_keys(args)
+        assert self._stack is not None, "vLLM calls attach_router before init_state"
+        warning = unguarded_warning(getattr(args, "host", None), [self._stack.settings.api_key, *self._keys])
+        if warning:
+            logger.warning("%s", warning)
         if engine_client is None:
             logger.warning("engine_plugins: no engine on this server (render only); the contract answers 503")
             return
@@ -86,7 +91,6 @@ class VllmEndpointPlugin:
             ) from exc
         tracker = Tracker(vllm, await vllm.get_weight_version())
         tracker.install()
-        assert self._stack is not None, "vLLM calls attach_router before init_state"
         self._control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
         logger.info(
             "engine_plugins: serving the RL control contract on vLLM %s (%s)", names.version, describe(self._stack.settings)

@@ -1,9 +1,14 @@
 """At startup the plugin logs the routes it added and the SGLang routes it replaced, and the
-replacements are the routes actually served."""
+replacements are the routes actually served; it warns when the control routes are open to the
+network without a key."""
+
+import subprocess
+import sys
 
 import pytest
 
 from contract.api import Api
+from targets import REPO, free_port, server_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub")]
 
@@ -44,3 +49,37 @@ async def test_the_replaced_routes_are_the_ones_served(target):
     assert {"in_flight", "paused", "aggregate", "engine"} <= set(loads) and loads["engine"] == "sglang"
     assert "num_used_tokens" in loads["loads"][0], "SGLang's own per-rank fields are kept"
     assert bump == {"success": True, "new_version": loads["weight_version"], "previous_version": loads["weight_version"], "aborted": 0}
+
+
+UNGUARDED = "served on 0.0.0.0 without an API key"
+REFUSED = "does not support --tokenizer-worker-num 2"
+
+
+def _refused_start_log(target, tmp_path, *args: str) -> str:
+    """Start a server like *target*'s with *args*, which the plugin refuses before anything
+    listens (``launch_server`` never runs); its log."""
+    if target.name == "sglang":
+        from engine_plugins.launcher.engine_server import EngineServer, EngineStartError
+
+        server = EngineServer("sglang", REPO, log_path=tmp_path / "refused.log", extra_args=list(args))
+        with pytest.raises(EngineStartError):
+            server.start()  # stops the process tree before raising
+        return server.log_path.read_text(errors="replace")
+    done = subprocess.run([sys.executable, "-m", "fakes.sglang", "--port", str(free_port()), *args],
+                          cwd=REPO, env=server_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    return done.stdout + done.stderr
+
+
+def test_an_unguarded_network_address_is_warned_about_at_startup(target, tmp_path):
+    # Refused by --tokenizer-worker-num 2 right after the warning, so nothing binds 0.0.0.0.
+    log = _refused_start_log(target, tmp_path, "--host", "0.0.0.0", "--tokenizer-worker-num", "2")
+    assert UNGUARDED in log and "ENGINE_PLUGINS_API_KEY" in log, log[-3000:]
+    assert REFUSED in log, log[-3000:]
+
+
+def test_a_key_or_loopback_means_no_warning(target, tmp_path):
+    # The session's server: loopback, with a key.
+    assert "without an API key" not in target.log_tail()
+    guarded = _refused_start_log(target, tmp_path, "--host", "0.0.0.0", "--api-key", "k-1", "--tokenizer-worker-num", "2")
+    assert REFUSED in guarded and "without an API key" not in guarded, guarded[-3000:]

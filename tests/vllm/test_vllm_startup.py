@@ -41,3 +41,18 @@ def test_api_server_count_above_one_is_refused_and_replaced_dev_routes_are_logge
     assert REFUSAL in log and "Run with --api-server-count 1" in log, log[-3000:]
     for line in REPLACED:
         assert line in log, f"{line!r} not logged:\n{log[-3000:]}"
+    # Loopback with a key: no warning about open control routes, and the key is never logged.
+    assert "without an API key" not in log and API_KEY not in log, log[-3000:]
+
+
+@pytest.mark.targets("vllm-stub")
+def test_an_unguarded_network_address_is_warned_about_at_startup(target):
+    # The fake runs init_state before it binds (as uvicorn does), and the refusal of
+    # --api-server-count 2 comes right after the warning, so nothing listens on 0.0.0.0. The real
+    # vLLM binds its socket before the plugin's init_state, so it is not started on 0.0.0.0 here.
+    cmd = [sys.executable, "-m", "fakes.vllm", "--port", str(free_port()), "--host", "0.0.0.0", "--api-server-count", "2"]
+    done = subprocess.run(cmd, cwd=REPO, env=server_env(), capture_output=True, text=True, timeout=60)
+    log = done.stdout + done.stderr
+    assert done.returncode != 0 and REFUSAL in log, log[-3000:]
+    assert "served on 0.0.0.0 without an API key" in log and "ENGINE_PLUGINS_API_KEY" in log, log[-3000:]
+

@@ -157,6 +157,10 @@ def launch_server(server_args: Any) -> None:
         v1_loads_router.routes.clear()
         getattr(v1_loads_router, "_mark_routes_changed", lambda: None)()  # FastAPI caches included routes
         app.add_api_route("/get_load", get_load, methods=["GET"])
+    if server_args.api_key or server_args.admin_api_key:  # 2886-2898
+        from .auth import add_api_key_middleware
+
+        add_api_key_middleware(app, server_args.api_key, server_args.admin_api_key)
     tm = TokenizerManager(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference)
     set_global_state(_GlobalState(tokenizer_manager=tm))
     uvicorn.run(app, host=server_args.host, port=server_args.port, log_level="warning")

@@ -1,0 +1,43 @@
+"""The startup warning for control routes that anyone on the network can call.
+
+The contract's routes abort, pause and re-version a whole server. Guarded by no key on an
+address other than loopback, any host that reaches the port can stop a training run's rollouts,
+so the engine adapters log :func:`unguarded_warning` at startup (a warning, not a refusal: a
+cluster's own network may be the guard).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Iterable, Optional
+
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
+
+
+def is_loopback(host: Optional[str]) -> bool:
+    """Whether a server bound to *host* is reachable from this machine only.
+
+    An empty host, ``0.0.0.0`` and ``::`` bind every interface. A host name other than the usual
+    loopback names is not resolved (that would be a lookup at startup) and counts as reachable.
+    """
+    if not host:
+        return False
+    name = host.strip().strip("[]").lower()
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def unguarded_warning(host: Optional[str], keys: Iterable[Optional[str]]) -> Optional[str]:
+    """The warning to log when the control routes need no key on a non-loopback *host*, else None."""
+    if any(keys) or is_loopback(host):
+        return None
+    shown = host or "every interface"
+    return (
+        f"engine_plugins: the RL control routes (abort, pause, update_weight_version, ...) are served "
+        f"on {shown} without an API key: anyone who reaches this port can abort or pause every request. "
+        "Set ENGINE_PLUGINS_API_KEY, or the engine's --api-key, or bind to 127.0.0.1."
+    )
