@@ -145,6 +145,21 @@ def ensure_engine(engine: Engine, repo_root: Path, *, timeout: float = SETUP_TIM
     return paths
 
 
+# Flags whose value is a secret: never written to a log.
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def shown_command(command: Sequence[str]) -> list[str]:
+    """*command* as it may be logged: the values of :data:`SECRET_FLAGS` masked."""
+    shown = list(command)
+    for i, arg in enumerate(shown):
+        if arg in SECRET_FLAGS and i + 1 < len(shown):
+            shown[i + 1] = "***"
+        elif arg.startswith(tuple(f + "=" for f in SECRET_FLAGS)):
+            shown[i] = arg.split("=", 1)[0] + "=***"
+    return shown
+
+
 def free_loopback_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -384,7 +399,7 @@ class EngineServer:
         self._shm_before = set(glob.glob(SGLANG_SHM_GLOB))
         started = time.monotonic()
         with open(self.log_path, "ab") as log:
-            log.write(f"$ {' '.join(self.command())}\n".encode())
+            log.write(f"$ {' '.join(shown_command(self.command()))}\n".encode())
             profile = self.cpu_profile
             log.write(f"[EngineServer] CPU profile {self.cpu_profile_name}: env {profile.environment(self.engine)}, "
                       f"cores {profile.resolve(profile.engine_cores) or 'any'}, niceness {profile.niceness}\n".encode())

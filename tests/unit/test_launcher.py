@@ -61,3 +61,10 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_the_logged_command_never_shows_a_key():
+    from engine_plugins.launcher.engine_server import shown_command
+
+    command = ["python", "-m", "x", "--api-key", "k1", "--admin-api-key=k2", "--port", "1"]
+    assert shown_command(command) == ["python", "-m", "x", "--api-key", "***", "--admin-api-key=***", "--port", "1"]

@@ -1,0 +1,134 @@
+"""Faults on a server of each kind, seen through the RL-side client: a server that stops
+answering (its calls time out, and it loses nothing once it answers again), and an engine that
+dies while the client waits on an abort (the wait ends with an error, never hangs).
+
+Each test starts a server of its own, since it stops or kills it: the engine's fake (killed as a
+whole, having no engine process of its own) and the real engine (the engine processes under the
+API server are killed, as a crash of the engine core or the scheduler would).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from engine_plugins.client import ServerClient
+from engine_plugins.client.errors import ServerError
+from targets import API_KEY, REPO, module_server
+
+from .helpers import start_generations, wait_in_flight
+
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub", "vllm", "vllm-stub")]
+
+FAKES = {"sglang-stub": "fakes.sglang", "vllm-stub": "fakes.vllm"}
+
+
+class OwnServer:
+    """A server of the target's kind that the test may stop, continue or kill."""
+
+    def __init__(self, url: str, pid: int, real: bool) -> None:
+        self.url = url
+        self.pid = pid
+        self.real = real
+
+    def _signal(self, sig: int) -> None:
+        # A real server runs in a process group of its own; a fake is one process in the tests'.
+        if self.real:
+            os.killpg(self.pid, sig)
+        else:
+            os.kill(self.pid, sig)
+
+    def stop(self) -> None:
+        """SIGSTOP the whole server (API and engine processes): it accepts nothing, answers nothing."""
+        self._signal(signal.SIGSTOP)
+
+    def cont(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def kill_engine(self) -> None:
+        """Kill the engine: on a real server the processes the API server spawned (vLLM's engine
+        core, SGLang's scheduler and detokenizer); a fake is killed as a whole."""
+        if not self.real:
+            os.kill(self.pid, signal.SIGKILL)
+            return
+        children = [pid for pid in _children(self.pid) if b"spawn_main" in _cmdline(pid)]
+        assert children, "setup: the real server has no engine process to kill"
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    with contextlib.suppress(FileNotFoundError):
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return []
+
+
+def _cmdline(pid: int) -> bytes:
+    with contextlib.suppress(FileNotFoundError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return b""
+
+
+@contextlib.contextmanager
+def own_server(target_name: str, tmp: Path) -> Iterator[OwnServer]:
+    if target_name in FAKES:
+        with module_server(tmp, FAKES[target_name], "--api-key", API_KEY) as server:
+            yield OwnServer(server.url, server.proc.pid, real=False)
+        return
+    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+
+    ensure_engine(target_name, REPO)
+    env = {"VLLM_PLUGINS": "engine_plugins"} if target_name == "vllm" else {}
+    server = EngineServer(target_name, REPO, api_key=API_KEY, env=env, log_path=tmp / f"{target_name}-faults.log")
+    with server:
+        yield OwnServer(server.url, server.process.pid, real=True)
+
+
+async def test_a_server_that_stops_answering_times_out_and_loses_nothing_once_it_answers(target, tmp_path):
+    with own_server(target.name, tmp_path) as server:
+        async with ServerClient(server.url, api_key=API_KEY) as client:
+            generation = asyncio.create_task(client.partial_generate([1, 2, 3], {"max_new_tokens": 400, "ignore_eos": True}, "frozen"))
+            await wait_in_flight(client, 1, [generation])
+            server.stop()
+            try:
+                with pytest.raises(ServerError) as loads_failure:
+                    await client.loads(timeout_s=1.0)
+                with pytest.raises(ServerError) as abort_failure:
+                    await client.abort(request_ids=["not-in-flight"], timeout_s=1.0)
+            finally:
+                server.cont()
+            result = await generation
+            load = await client.loads()
+    assert loads_failure.value.kind == "timeout" and abort_failure.value.kind == "timeout"
+    assert result.finish_reason == "length" and len(result.output_ids) == 400, "the request outlived the stop"
+    assert load.idle and load.total == 0
+
+
+async def test_an_engine_that_dies_during_an_abort_with_wait_ends_the_wait_with_an_error(target, tmp_path):
+    with own_server(target.name, tmp_path) as server:
+        async with ServerClient(server.url, api_key=API_KEY) as client:
+            generations = start_generations(client, 4, max_new_tokens=2000, prefix="dies")
+            await wait_in_flight(client, 4, generations)
+            server.kill_engine()
+            try:
+                outcome = await client.abort(wait=True, timeout_s=120)
+            except ServerError as exc:
+                outcome = exc
+            results = await asyncio.gather(*generations, return_exceptions=True)
+            with pytest.raises(ServerError) as after:
+                for _ in range(60):  # until the server, whose engine is gone, stops answering
+                    await client.loads(timeout_s=5)
+                    await asyncio.sleep(0.5)
+    # The wait ends: with an error (the server went away or failed the call), or where the
+    # server released every request as its engine died, idle; then the server is gone.
+    # Never a hang, never a wait that runs out.
+    assert isinstance(outcome, ServerError) or (outcome.idle and not outcome.timed_out), outcome
+    assert after.value.kind in ("unreachable", "disconnected", "http"), after.value
+    for result in results:
+        assert isinstance(result, Exception) or result.cancelled, result
