@@ -14,6 +14,7 @@ import contextvars
 import functools
 import inspect
 import time
+import weakref
 from typing import Any, Callable, Mapping, Optional
 
 import pluggy
@@ -38,6 +39,27 @@ class PluginError(Exception):
         self.error = error
 
 
+# Per plugin manager and hook: its implementations as last seen, and a caller of each one alone.
+# Building those callers costs more than the hook call itself, so they are made once per set of
+# implementations, not on every request.
+_CALLERS: "weakref.WeakKeyDictionary[pluggy.PluginManager, dict[str, tuple[tuple, list]]]" = weakref.WeakKeyDictionary()
+
+
+def _callers(pm: pluggy.PluginManager, name: str) -> list:
+    """``(impl, caller of impl alone)`` for hook *name*, in the order pluggy calls them."""
+    impls = tuple(getattr(pm.hook, name).get_hookimpls())
+    by_hook = _CALLERS.setdefault(pm, {})
+    cached = by_hook.get(name)
+    if cached is None or cached[0] != impls:
+        # get_hookimpls() lists them in registration order, pluggy calls them from the end.
+        callers = [
+            (impl, pm.subset_hook_caller(name, remove_plugins=[i.plugin for i in impls if i is not impl]))
+            for impl in reversed(impls)
+        ]
+        cached = by_hook[name] = (impls, callers)
+    return cached[1]
+
+
 async def first_answer(pm: pluggy.PluginManager, name: str, kwargs: Mapping[str, Any], trace_calls: bool = False) -> Any:
     """Call hook *name*'s implementations in pluggy's order until one answers.
 
@@ -47,10 +69,7 @@ async def first_answer(pm: pluggy.PluginManager, name: str, kwargs: Mapping[str,
     :class:`PluginError` from a nested hook call) propagates as it is; any other exception is
     raised as a :class:`PluginError` naming the implementation's plugin.
     """
-    impls = getattr(pm.hook, name).get_hookimpls()
-    # get_hookimpls() lists them in registration order, pluggy calls them from the end.
-    for impl in reversed(impls):
-        only_this = pm.subset_hook_caller(name, remove_plugins=[i.plugin for i in impls if i is not impl])
+    for impl, only_this in _callers(pm, name):
         try:
             result = only_this(**kwargs)
             if inspect.isawaitable(result):

@@ -48,6 +48,9 @@ class InFlightRegistry:
 
     def __init__(self) -> None:
         self._by_rid: dict[str, InFlight] = {}
+        # Client id -> its entries by engine id, so that refusing a duplicate id and aborting by
+        # id cost the same with ten or ten thousand requests in flight.
+        self._by_request_id: dict[str, dict[str, InFlight]] = {}
         self.generation = 0
         """The weight-version generation new entries are admitted under (set by the control)."""
 
@@ -60,6 +63,7 @@ class InFlightRegistry:
         if entry is None:
             entry = InFlight(rid=rid, request_id=request_id or rid, dispatched=dispatched, admitted=self.generation)
             self._by_rid[rid] = entry
+            self._by_request_id.setdefault(entry.request_id, {})[rid] = entry
         return entry
 
     def get(self, rid: str) -> Optional[InFlight]:
@@ -70,6 +74,11 @@ class InFlightRegistry:
         """The engine has finished with *rid* and freed its state; wake anyone waiting on it."""
         entry = self._by_rid.pop(rid, None)
         if entry is not None:
+            same_id = self._by_request_id.get(entry.request_id)
+            if same_id is not None:
+                same_id.pop(rid, None)
+                if not same_id:
+                    del self._by_request_id[entry.request_id]
             entry.released.set()
 
     def held(self) -> int:
@@ -78,14 +87,16 @@ class InFlightRegistry:
 
     def has_request_id(self, request_id: str) -> bool:
         """Whether a request with this client id is in flight."""
-        return any(e.request_id == request_id for e in self._by_rid.values())
+        return request_id in self._by_request_id
 
     def select(self, request_ids: Optional[Iterable[str]] = None) -> list[InFlight]:
         """Entries whose client id is exactly one of *request_ids* (all entries for None)."""
         if request_ids is None:
             return list(self._by_rid.values())
-        wanted = set(request_ids)
-        return [e for e in self._by_rid.values() if e.request_id in wanted]
+        entries: list[InFlight] = []
+        for request_id in dict.fromkeys(request_ids):
+            entries.extend(self._by_request_id.get(request_id, {}).values())
+        return entries
 
     def admitted_before(self, generation: int) -> list[InFlight]:
         """Entries admitted under a generation older than *generation*."""
