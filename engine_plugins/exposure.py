@@ -9,6 +9,7 @@ cluster's own network may be the guard).
 from __future__ import annotations
 
 import ipaddress
+import logging
 from typing import Iterable, Optional
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
@@ -41,3 +42,22 @@ def unguarded_warning(host: Optional[str], keys: Iterable[Optional[str]]) -> Opt
         f"on {shown} without an API key: anyone who reaches this port can abort or pause every request. "
         "Set ENGINE_PLUGINS_API_KEY, or the engine's --api-key, or bind to 127.0.0.1."
     )
+
+
+class RedactSecrets(logging.Filter):
+    """A logging filter that masks *secrets* in the records of the logger it is added to (for an
+    engine that logs its own API keys at startup)."""
+
+    def __init__(self, secrets: Iterable[Optional[str]]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if s]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Mask every secret in the formatted message; the record is always kept."""
+        message = record.getMessage()
+        masked = message
+        for secret in self.secrets:
+            masked = masked.replace(secret, "***")
+        if masked != message:
+            record.msg, record.args = masked, ()
+        return True

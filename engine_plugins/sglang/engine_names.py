@@ -119,6 +119,9 @@ class SGLangNames:
         """``--tokenizer-worker-num`` of the server about to launch."""
         return getattr(server_args, "tokenizer_worker_num", 1) or 1
 
+    # The logger of SGLang's engine launcher, which logs the server args at startup.
+    SERVER_ARGS_LOGGER = "sglang.srt.entrypoints.engine"
+
     @staticmethod
     def serving_address(server_args: Any) -> tuple[Optional[str], list[str]]:
         """``--host`` of the server about to launch, and its ``--api-key`` and ``--admin-api-key``."""

@@ -22,7 +22,7 @@ from ..assembly import PluginStack, assemble
 from ..config import ConfigError, describe
 from ..control import RolloutControl
 from ..errors import StartupError
-from ..exposure import unguarded_warning
+from ..exposure import RedactSecrets, unguarded_warning
 from .engine_names import SGLangNames, load_names
 from .routes import MountReport, mount
 from .seam import SGLangSeam
@@ -72,6 +72,8 @@ def install(names: SGLangNames) -> None:
     def check_launch(original: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
         hooks.check_applied()
         host, keys = SGLangNames.serving_address(server_args)
+        # SGLang logs its server args, keys included, when it starts the engine.
+        logging.getLogger(SGLangNames.SERVER_ARGS_LOGGER).addFilter(RedactSecrets(keys))
         warning = unguarded_warning(host, [stack.settings.api_key, *keys])
         if warning:
             logger.warning("%s", warning)

@@ -57,22 +57,21 @@ class OwnServer:
         if not self.real:
             os.kill(self.pid, signal.SIGKILL)
             return
-        children = [pid for pid in _children(self.pid) if b"spawn_main" in _cmdline(pid)]
+        # Every child: the engine core or scheduler and detokenizer (renamed by setproctitle,
+        # so not found by their command line), and multiprocessing's resource tracker.
+        children = _children(self.pid)
         assert children, "setup: the real server has no engine process to kill"
         for pid in children:
             os.kill(pid, signal.SIGKILL)
 
 
 def _children(pid: int) -> list[int]:
-    with contextlib.suppress(FileNotFoundError):
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    return []
-
-
-def _cmdline(pid: int) -> bytes:
-    with contextlib.suppress(FileNotFoundError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    return b""
+    # Every thread's children: the engine processes are started from other threads too.
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(FileNotFoundError):
+            children += [int(p) for p in (task / "children").read_text().split()]
+    return children
 
 
 @contextlib.contextmanager

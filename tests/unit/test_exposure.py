@@ -15,3 +15,13 @@ def test_every_other_address_without_a_key_is_warned_about_and_a_key_silences_it
         message = unguarded_warning(host, [None, ""])
         assert message is not None and "ENGINE_PLUGINS_API_KEY" in message and "--api-key" in message, host
         assert unguarded_warning(host, [None, "a-key"]) is None, host
+
+
+def test_the_redacting_filter_masks_secrets_in_a_record_and_keeps_it():
+    import logging
+
+    from engine_plugins.exposure import RedactSecrets
+
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "server_args=%s", ({"api_key": "s3cret", "port": 1},), None)
+    assert RedactSecrets(["s3cret", None]).filter(record) is True
+    assert record.getMessage() == "server_args={'api_key': '***', 'port': 1}"
