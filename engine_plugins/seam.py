@@ -66,6 +66,9 @@ class EngineSeam(Protocol):
     def weight_version(self) -> str:
         """The engine's current weight version."""
 
+    def engine_version(self) -> str:
+        """The installed engine's own version string (``/v1/loads`` reports it as ``version``)."""
+
     async def set_weight_version(self, version: str) -> None:
         """Set the weight version without aborting anything; later tokens carry *version*."""
 

@@ -51,6 +51,10 @@ class SGLangSeam:
         """The served model's vocabulary and context length, from the TokenizerManager."""
         return self.sglang.model_limits()
 
+    def engine_version(self) -> str:
+        """SGLang's ``__version__`` (its own ``/v1/loads`` reports it as ``version``)."""
+        return self.sglang.names.version
+
     def api_keys(self) -> list[str]:
         """SGLang's ``--admin-api-key``, else its ``--api-key`` (its ADMIN_OPTIONAL rule)."""
         return self.sglang.names.api_keys()

@@ -136,6 +136,12 @@ class StubEngine:
         """The version stamped on new tokens."""
         return self._version
 
+    def engine_version(self) -> str:
+        """The stub is part of this package: its version."""
+        from .. import __version__
+
+        return f"engine-plugins-stub {__version__}"
+
     async def set_weight_version(self, version: str) -> None:
         """Later tokens carry *version*."""
         self._version = version
