@@ -84,10 +84,21 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _check_servers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A fleet command names its servers or a gateway, one of the two (a usage error otherwise)."""
+    if bool(args.urls) == (args.gateway is not None):
+        parser.error(f"{args.command}: give the servers' URLs or --gateway URL (one of the two)")
+    if args.selector is not None and args.gateway is None:
+        parser.error(f"{args.command}: --selector needs --gateway")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command; returns (and, as a console script, exits with) its exit code."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
+        if hasattr(args, "gateway"):
+            _check_servers(parser, args)
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
         return int(exc.code or 0)
     if args.command == "doctor":
@@ -105,12 +116,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .demo import run as run_demo
 
         return run_demo(args, api_key)
-    if bool(args.urls) == (args.gateway is not None):
-        print("engine-plugins: give the servers' URLs or --gateway URL (one of the two)", file=sys.stderr)
-        return exit_codes.USAGE
-    if args.selector is not None and args.gateway is None:
-        print("engine-plugins: --selector needs --gateway", file=sys.stderr)
-        return exit_codes.USAGE
     from .fleet_commands import run as run_fleet
 
     return run_fleet(args, api_key)
