@@ -161,6 +161,7 @@ class RolloutControl:
             name = self.versions.name_of(generation)
             by_version[name] = by_version.get(name, 0) + count
         return LoadsResult(
+            **self.seam.loads_header(),
             timestamp=datetime.now(timezone.utc).isoformat(),
             version=self.seam.engine_version() or "unknown",
             loads=loads,

@@ -142,6 +142,10 @@ class StubEngine:
 
         return f"engine-plugins-stub {__version__}"
 
+    def loads_header(self) -> dict:
+        """The stub has no engine fields of its own."""
+        return {}
+
     async def set_weight_version(self, version: str) -> None:
         """Later tokens carry *version*."""
         self._version = version

@@ -35,6 +35,10 @@ class VllmSeam:
         """vLLM's ``__version__``."""
         return self.vllm.names.version
 
+    def loads_header(self) -> dict:
+        """vLLM has no ``/v1/loads`` of its own: nothing to keep."""
+        return {}
+
     def model_limits(self) -> ModelLimits:
         """The served model's vocabulary and ``--max-model-len``, from the engine client."""
         return self.vllm.model_limits()
