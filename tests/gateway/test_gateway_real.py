@@ -53,3 +53,13 @@ async def test_fleet_through_smg_drains_both_engines(real_gateway, real_pair):
     assert all(p["cancelled"] for p in partials)
     engines = {r.url: r.value.engine for r in loads.results}
     assert engines == {t.url: name for name, t in real_pair.items()} and all(r.value.idle for r in loads.results)
+
+
+async def test_sglang_keeps_every_top_level_field_of_its_own_loads(real_pair):
+    """SGLang 0.5.23's /v1/loads answers timestamp, version, accelerator, num_accelerators and
+    loads (entrypoints/v1_loads.py): with the plugin each is still there, with SGLang's value."""
+    async with Api(real_pair["sglang"]) as api:
+        answer = await api.ok("GET", "/v1/loads", params={"include": "core,disagg,queues,memory"})
+    assert answer["version"] == "0.5.23"
+    # The CPU has no accelerator: SGLang's own helper says None; one rank's share of TP x PP is 1.
+    assert answer["accelerator"] is None and answer["num_accelerators"] == 1, answer
