@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import uuid
+from datetime import datetime, timezone
 from typing import Awaitable, Callable, Iterator, Optional
 
 from .errors import ContractError
@@ -160,6 +161,9 @@ class RolloutControl:
             name = self.versions.name_of(generation)
             by_version[name] = by_version.get(name, 0) + count
         return LoadsResult(
+            **self.seam.loads_header(),
+            timestamp=datetime.now(timezone.utc).isoformat(),
+            version=self.seam.engine_version() or "unknown",
             loads=loads,
             aggregate=aggregate,
             in_flight=len(self.registry),

@@ -91,8 +91,15 @@ class LoadsAggregate(_Response):
 
 
 class LoadsResult(_Response):
-    """``GET /v1/loads``: per-rank figures, their sums, and the plugin's own view."""
+    """``GET /v1/loads``: per-rank figures, their sums, and the plugin's own view.
 
+    ``timestamp`` (ISO 8601, UTC) and ``version`` (the engine's) are SGLang's own top-level
+    fields; gateways that type them (smg reads both as strings) refuse a null, so neither is
+    ever null. Their defaults only let the client read a server of an older plugin.
+    """
+
+    timestamp: str = ""
+    version: str = ""
     loads: list[RankLoad]
     aggregate: LoadsAggregate
     in_flight: int

@@ -66,6 +66,12 @@ class EngineSeam(Protocol):
     def weight_version(self) -> str:
         """The engine's current weight version."""
 
+    def engine_version(self) -> str:
+        """The installed engine's own version string (``/v1/loads`` reports it as ``version``)."""
+
+    def loads_header(self) -> dict:
+        """Engine-specific top-level fields of ``/v1/loads`` to keep (SGLang's own), or ``{}``."""
+
     async def set_weight_version(self, version: str) -> None:
         """Set the weight version without aborting anything; later tokens carry *version*."""
 

@@ -23,15 +23,21 @@ def build_parser() -> argparse.ArgumentParser:
     keyed.add_argument("--api-key", default=None, help="bearer key for the servers (default: ENGINE_PLUGINS_API_KEY)")
     fleet = argparse.ArgumentParser(add_help=False, parents=[keyed])
     fleet.add_argument("--timeout", type=_seconds, default=30.0, metavar="S", help="one overall deadline in seconds (default 30)")
+    fleet.add_argument("--gateway", default=None, metavar="URL",
+                       help="an smg gateway started with --enable-rl: act on its workers through its fan-out "
+                            "(instead of server URLs; --api-key is then the gateway's key)")
+    fleet.add_argument("--selector", default=None, metavar="SEL",
+                       help="with --gateway: smg's label selector for the workers, e.g. engine=sglang "
+                            "(default: every HTTP worker)")
 
     parser = argparse.ArgumentParser(prog="engine-plugins", description="RL rollout control for SGLang and vLLM servers.",
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("doctor", parents=[common], help="check this environment: engines, entry points, configuration")
     p = sub.add_parser("loads", parents=[fleet], help="running/waiting/total requests per server")
-    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("urls", nargs="*", metavar="URL")
     p = sub.add_parser("abort", parents=[fleet], help="abort every request (or --ids, or the stale ones); --wait: until idle")
-    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--wait", action="store_true",
                    help="wait until the aborted requests are released (with no selector: until every server is idle)")
     which = p.add_mutually_exclusive_group()
@@ -41,12 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--max-staleness", type=_positive_int, default=None, metavar="K",
                        help="abort the requests admitted K or more version bumps ago (needs the plugin)")
     p = sub.add_parser("pause", parents=[fleet], help="pause generation")
-    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--mode", choices=("abort", "keep"), default="abort", help="abort: return in-flight work now; keep: freeze it until resume")
     p = sub.add_parser("resume", parents=[fleet], help="resume generation")
-    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("urls", nargs="*", metavar="URL")
     p = sub.add_parser("version", parents=[fleet], help="set the weight version (in-flight requests keep going)")
-    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("new_version", metavar="NEW")
     p.add_argument("--abort-all", action="store_true", help="abort every request first")
     p = sub.add_parser("demo", parents=[keyed], help="a short RL-style loop on a real engine (or --url)")
@@ -78,10 +84,21 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _check_servers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A fleet command names its servers or a gateway, one of the two (a usage error otherwise)."""
+    if bool(args.urls) == (args.gateway is not None):
+        parser.error(f"{args.command}: give the servers' URLs or --gateway URL (one of the two)")
+    if args.selector is not None and args.gateway is None:
+        parser.error(f"{args.command}: --selector needs --gateway")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command; returns (and, as a console script, exits with) its exit code."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
+        if hasattr(args, "gateway"):
+            _check_servers(parser, args)
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
         return int(exc.code or 0)
     if args.command == "doctor":

@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 from ..client import Fleet, FleetResult, StaleSelector
+from ..client.gateway import DEFAULT_SELECTOR
 from . import exit_codes
 from .render import has_rich, print_json, print_table
 
@@ -137,6 +138,13 @@ class _LiveProgress:
         return table
 
 
+def _fleet(args: argparse.Namespace, api_key: Optional[str]) -> Fleet:
+    """The servers named on the command line, or the workers behind ``--gateway``."""
+    if args.gateway is not None:
+        return Fleet(gateway=args.gateway, api_key=api_key, selector=args.selector or DEFAULT_SELECTOR)
+    return Fleet(args.urls, api_key=api_key)
+
+
 COMMANDS = {"loads": loads, "abort": abort, "pause": pause, "resume": resume, "version": version}
 
 
@@ -144,7 +152,7 @@ def run(args: argparse.Namespace, api_key: Optional[str]) -> int:
     """Run the fleet command named by ``args.command``."""
 
     async def go() -> int:
-        async with Fleet(args.urls, api_key=api_key) as fleet:
+        async with _fleet(args, api_key) as fleet:
             return await COMMANDS[args.command](args, fleet)
 
     return asyncio.run(go())

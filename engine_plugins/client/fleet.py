@@ -1,6 +1,10 @@
 """A fleet of servers: each operation runs on every server at once, under one overall deadline,
 and gives one result per server. A server that is down, refuses, answers 404/5xx, hangs or
 disappears mid-call gets a failed result with a clear message; the others' results are kept.
+
+Given the URL of an smg gateway (``smg launch --enable-rl``) instead of server URLs, the fleet is
+the gateway's workers: smg's discovery finds them and its fan-out makes each call
+(:mod:`.gateway_fleet`); the results are the same, one per worker.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 import httpx
 
 from .errors import ServerError
+from .gateway import DEFAULT_SELECTOR, Gateway
+from .gateway_fleet import GatewayFleet
 from .polling import Deadline
 from .results import Progress, StaleSelector, no_progress
 from .server import ServerClient
@@ -75,13 +81,30 @@ class FleetResult:
 
 
 class Fleet(HttpClientOwner):
-    """Many servers behind one API: ``async with Fleet(urls, api_key=...) as fleet: ...``."""
+    """Many servers behind one API: ``async with Fleet(urls, api_key=...) as fleet: ...``, or the
+    workers behind an smg gateway: ``Fleet(gateway="http://smg:30000", api_key=...)``.
 
-    def __init__(self, urls: Sequence[str], api_key: Optional[str] = None, http: Optional[httpx.AsyncClient] = None) -> None:
-        if not urls:
-            raise ValueError("a fleet needs at least one URL")
+    With *gateway*, every operation is one smg fan-out to the workers *selector* matches (smg's
+    label selector; default every HTTP worker), which must have the plugin; *api_key* is then
+    the gateway's key (smg sends each worker its own).
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str] = (),
+        api_key: Optional[str] = None,
+        http: Optional[httpx.AsyncClient] = None,
+        gateway: Optional[str] = None,
+        selector: str = DEFAULT_SELECTOR,
+    ) -> None:
+        if gateway is not None and urls:
+            raise ValueError("give the servers' URLs or a gateway's, not both")
+        if gateway is None and not urls:
+            raise ValueError("a fleet needs at least one URL (or a gateway)")
         super().__init__(api_key, http)
         self.servers = [ServerClient(url, http=self.http) for url in urls]
+        self.via: Optional[GatewayFleet] = GatewayFleet(Gateway(gateway, self.http, selector)) if gateway is not None else None
+        """The gateway's operations, when the fleet is behind one."""
 
     async def run(
         self, operation: str, call: Callable[[ServerClient, Deadline], Awaitable[Any]], timeout_s: float
@@ -122,14 +145,20 @@ class Fleet(HttpClientOwner):
 
     async def detect(self, timeout_s: float = 10.0) -> FleetResult:
         """What every server is."""
+        if self.via:
+            return await self.via.detect(timeout_s)
         return await self.run("detect", lambda s, d: s.detection(d.remaining()), timeout_s)
 
     async def loads(self, timeout_s: float = 10.0) -> FleetResult:
         """Every server's loads."""
+        if self.via:
+            return await self.via.loads(timeout_s)
         return await self.run("loads", lambda s, d: s.loads(d.remaining()), timeout_s)
 
     async def abort(self, request_ids: Optional[Sequence[str]] = None, wait: bool = False, timeout_s: float = 30.0) -> FleetResult:
         """Abort everything (or *request_ids*, on every server) once; with *wait*, until released."""
+        if self.via:
+            return await self.via.abort(request_ids, wait, timeout_s)
         return await self.run("abort", lambda s, d: s.abort(request_ids, wait, d.remaining()), timeout_s)
 
     async def abort_stale(
@@ -143,29 +172,41 @@ class Fleet(HttpClientOwner):
         under a version older than *admitted_before* or *max_staleness* or more bumps ago (give
         exactly one; each server orders its own bumps); with *wait*, until they are released.
         A server without the plugin is an ``unsupported`` result, with nothing aborted there."""
-        StaleSelector(admitted_before, max_staleness)  # a bad selector is the caller's error, raised here
+        selector = StaleSelector(admitted_before, max_staleness)  # a bad selector is the caller's error, raised here
+        if self.via:
+            return await self.via.abort_stale(selector, wait, timeout_s)
         return await self.run(
             "abort_stale", lambda s, d: s.abort_stale(admitted_before, max_staleness, wait, d.remaining()), timeout_s
         )
 
     async def abort_until_idle(self, timeout_s: float = 60.0, progress: Progress = no_progress) -> FleetResult:
         """Abort until every server is idle, concurrently, all within *timeout_s*; a result per server."""
+        if self.via:
+            return await self.via.abort_until_idle(timeout_s, progress)
         return await self.run("abort_until_idle", lambda s, d: s.abort_until_idle(deadline=d, progress=progress), timeout_s)
 
     async def update_weight_version(self, new_version: str, abort_all_requests: bool = False, timeout_s: float = 30.0) -> FleetResult:
         """Set the weight version everywhere (in-flight requests keep going unless asked)."""
+        if self.via:
+            return await self.via.update_weight_version(new_version, abort_all_requests, timeout_s)
         return await self.run(
             "update_weight_version", lambda s, d: s.update_weight_version(new_version, abort_all_requests, d.remaining()), timeout_s
         )
 
     async def pause(self, mode: str = "abort", timeout_s: float = 30.0) -> FleetResult:
         """Pause every server in *mode*."""
+        if self.via:
+            return await self.via.pause(mode, timeout_s)
         return await self.run("pause", lambda s, d: s.pause(mode, d.remaining()), timeout_s)
 
     async def resume(self, timeout_s: float = 30.0) -> FleetResult:
         """Resume every server."""
+        if self.via:
+            return await self.via.resume(timeout_s)
         return await self.run("resume", lambda s, d: s.resume(d.remaining()), timeout_s)
 
     async def is_paused(self, timeout_s: float = 10.0) -> FleetResult:
         """Every server's pause state."""
+        if self.via:
+            return await self.via.is_paused(timeout_s)
         return await self.run("is_paused", lambda s, d: s.is_paused(d.remaining()), timeout_s)

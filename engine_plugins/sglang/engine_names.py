@@ -76,6 +76,9 @@ class SGLangNames:
     admin_optional: Any = None
     """``AuthLevel.ADMIN_OPTIONAL``, set on the contract's endpoints for SGLang's key middleware."""
     health_check_prefix: str = "HEALTH_CHECK"
+    loads_header: Callable[[], dict] = dict
+    """The top-level fields of SGLang's own ``/v1/loads`` besides ``timestamp`` and ``version``
+    (``accelerator``, ``num_accelerators``), made by SGLang's own helpers; ``{}`` when absent."""
 
     @property
     def app(self) -> Any:
@@ -174,6 +177,15 @@ def load_names() -> SGLangNames:
     def deterministic() -> bool:
         return bool(get_exec().deterministic.enable_deterministic_inference)
 
+    try:
+        from sglang.srt.entrypoints import v1_loads
+
+        def loads_header() -> dict:
+            # As SGLang's own /v1/loads computes them (accelerator is None without one).
+            return {"accelerator": v1_loads._accelerator_name(), "num_accelerators": v1_loads._num_accelerators_per_dp_rank()}
+    except ImportError:
+        loads_header = dict
+
     names = SGLangNames(
         version=getattr(sglang, "__version__", "unknown"),
         http_server=http_server,
@@ -190,6 +202,7 @@ def load_names() -> SGLangNames:
         deterministic_inference=deterministic,
         admin_optional=AuthLevel.ADMIN_OPTIONAL,
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
+        loads_header=loads_header,
     )
     check_names(names)
     return names

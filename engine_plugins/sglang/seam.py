@@ -59,6 +59,14 @@ class SGLangSeam:
         """The served model's vocabulary and context length, from the TokenizerManager."""
         return self.sglang.model_limits()
 
+    def engine_version(self) -> str:
+        """SGLang's ``__version__`` (its own ``/v1/loads`` reports it as ``version``)."""
+        return self.sglang.names.version
+
+    def loads_header(self) -> dict:
+        """SGLang's own top-level ``/v1/loads`` fields: ``accelerator``, ``num_accelerators``."""
+        return self.sglang.names.loads_header()
+
     def api_keys(self) -> list[str]:
         """SGLang's ``--admin-api-key``, else its ``--api-key`` (its ADMIN_OPTIONAL rule)."""
         return self.sglang.names.api_keys()

@@ -136,6 +136,16 @@ class StubEngine:
         """The version stamped on new tokens."""
         return self._version
 
+    def engine_version(self) -> str:
+        """The stub is part of this package: its version."""
+        from .. import __version__
+
+        return f"engine-plugins-stub {__version__}"
+
+    def loads_header(self) -> dict:
+        """The stub has no engine fields of its own."""
+        return {}
+
     async def set_weight_version(self, version: str) -> None:
         """Later tokens carry *version*."""
         self._version = version

@@ -38,7 +38,16 @@ def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings]
         """Liveness, as the engines have it."""
         return {"status": "ok"}
 
+    @app.get("/v1/models")
+    async def models() -> dict:
+        """The OpenAI model list both engines serve; gateways (smg) probe it to register a worker."""
+        return {"object": "list", "data": [{"id": STUB_MODEL, "object": "model", "owned_by": "engine-plugins-stub"}]}
+
     return app
+
+
+STUB_MODEL = "engine-plugins-stub"
+"""The model name the stub engine lists on ``/v1/models``."""
 
 
 def _mount_metrics(app: FastAPI) -> None:

@@ -31,6 +31,14 @@ class VllmSeam:
         """False once the engine core has died."""
         return not self.vllm.errored()
 
+    def engine_version(self) -> str:
+        """vLLM's ``__version__``."""
+        return self.vllm.names.version
+
+    def loads_header(self) -> dict:
+        """vLLM has no ``/v1/loads`` of its own: nothing to keep."""
+        return {}
+
     def model_limits(self) -> ModelLimits:
         """The served model's vocabulary and ``--max-model-len``, from the engine client."""
         return self.vllm.model_limits()

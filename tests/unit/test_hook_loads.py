@@ -28,7 +28,10 @@ async def test_a_plugin_answers_and_the_engine_is_not_called():
 async def test_a_plugin_defers_and_the_engine_answers(is_async):
     seen = []
     async with stub_app({"defers": deferring("loads", is_async, seen)}) as stub:
-        assert await stub.ok("loads") == IDLE
+        answer = await stub.ok("loads")
+        # SGLang's top-level fields: when the answer was made, and the engine's version.
+        assert answer.pop("version") == "engine-plugins-stub 0.1.0" and answer.pop("timestamp").endswith("+00:00")
+        assert answer == IDLE
         assert seen == [stub.control]
 
 
