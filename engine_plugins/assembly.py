@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import pluggy
 from fastapi import APIRouter
@@ -29,14 +29,17 @@ def assemble(
     get_control: Callable[[], Optional[RolloutControl]],
     engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
     settings: Optional[Settings] = None,
+    answer_fields: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> PluginStack:
     """Build the stack for an engine whose control *get_control* returns once it is up.
 
     Reads the environment unless *settings* is given, so a bad ``ENGINE_PLUGINS_*`` value or a
     broken third-party plugin stops the engine here, at startup. The control's own aborts (pause,
     version bumps) go through the ``abort`` hook from the first contract call on.
+    *answer_fields*: fields the engine's own routes answer that the contract's routes of the
+    same path add (see :func:`~engine_plugins.http_api.build_router`).
     """
     settings = settings or load_settings()
     pm = make_plugin_manager(settings)
     hooks = Hooks(pm, get_control, trace_calls=settings.trace)
-    return PluginStack(settings=settings, pm=pm, router=build_router(hooks, settings, engine_api_keys), hooks=hooks)
+    return PluginStack(settings=settings, pm=pm, router=build_router(hooks, settings, engine_api_keys, answer_fields=answer_fields), hooks=hooks)

@@ -85,6 +85,10 @@ class Settings:
     """ENGINE_PLUGINS_TRACE: log every hook call, which plugin answered, and how long it took (default false)."""
     max_body_bytes: int = 16 * 1024 * 1024
     """ENGINE_PLUGINS_MAX_BODY_BYTES: the largest request body a contract route reads (default 16 MiB)."""
+    abort_settle_s: float = 5.0
+    """ENGINE_PLUGINS_ABORT_SETTLE_S: how long an abort sent without ``wait`` (the engines' own abort
+    routes, and ``/abort_requests`` without the field) waits for the requests it covered to be
+    released before it answers (default 5 s)."""
 
 
 _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
@@ -96,6 +100,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "replace_native_routes": ("ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES", _bool),
     "trace": ("ENGINE_PLUGINS_TRACE", _bool),
     "max_body_bytes": ("ENGINE_PLUGINS_MAX_BODY_BYTES", _positive_bytes),
+    "abort_settle_s": ("ENGINE_PLUGINS_ABORT_SETTLE_S", _positive_seconds),
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}
 

@@ -272,13 +272,32 @@ class RolloutControl:
 
     # --- pause -------------------------------------------------------------------------
 
-    async def pause(self, mode: str, timeout_s: Optional[float] = None) -> PauseState:
-        """Pause in ``abort`` or ``keep`` mode; see the hookspec."""
+    async def pause(self, mode: str, timeout_s: Optional[float] = None, clear_cache: Optional[bool] = None) -> PauseState:
+        """Pause in ``abort``, ``keep`` or ``wait`` mode; see the hookspec.
+
+        ``wait`` is a drain: the seam stops admitting new requests (they wait until resume, and
+        are counted) and names the requests already admitted; the call returns once those are
+        released, or after *timeout_s*. *clear_cache* is passed to the engine (vLLM's).
+        """
+        timeout = self.abort_timeout_s if timeout_s is None else timeout_s
         self.pause_mode = mode
-        await self.seam.pause(mode)
+        if mode == "wait":
+            await self._drain(timeout, clear_cache)
+            return self.is_paused()
+        await self.seam.pause(mode, clear_cache)
         if mode == "abort":
-            await self._abort_all("pause", self.abort_timeout_s if timeout_s is None else timeout_s)
+            await self._abort_all("pause", timeout)
         return self.is_paused()
+
+    async def _drain(self, timeout_s: float, clear_cache: Optional[bool]) -> bool:
+        """Close admission and wait for the admitted requests; False if *timeout_s* ran out."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        try:
+            admitted = await asyncio.wait_for(self.seam.drain(clear_cache), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return await self.registry.wait_released(admitted, max(0.0, end - loop.time()))
 
     async def resume(self) -> PauseState:
         """Resume; harmless when not paused."""

@@ -37,9 +37,9 @@ def partial_generate(control, input_ids, sampling_params, request_id, max_stalen
 
 
 @hookimpl(trylast=True)
-def pause(control, mode, timeout_s):
+def pause(control, mode, timeout_s, clear_cache):
     """Pause through the engine's control (see the hookspec)."""
-    return control.pause(mode, timeout_s)
+    return control.pause(mode, timeout_s, clear_cache)
 
 
 @hookimpl(trylast=True)

@@ -99,13 +99,15 @@ def partial_generate(
 
 
 @hookspec(firstresult=True)
-def pause(control, mode: str, timeout_s: float, http_request):
+def pause(control, mode: str, timeout_s: float, clear_cache: Optional[bool], http_request):
     """Pause generation; called by ``POST /pause``.
 
     ``mode``: ``"abort"``: in-flight generations return now with what they have (waiting up to
     ``timeout_s`` for them; the control's abort goes through the ``abort`` hook with reason
     ``"pause"``), and new ones return cancelled at once until resume. ``"keep"``: in-flight
-    requests freeze and continue after resume; new ones wait. Pausing again changes the mode.
+    requests freeze and continue after resume; new ones wait. ``"wait"``: a drain: new requests
+    wait, in-flight ones finish (the call returns once they have, or after ``timeout_s``).
+    Pausing again changes the mode. ``clear_cache``: vLLM's flag (None: the engine's default).
     Returns :class:`engine_plugins.schema.PauseState`.
     """
 

@@ -13,7 +13,7 @@ import hmac
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Type
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Optional, Type
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -40,13 +40,18 @@ class ContractRoute:
 
     path: str
     method: str
-    handler: Callable[["_Context", Request], Awaitable[Any]]
+    handler: Callable[["RouteContext", Request], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
-class _Context:
+class RouteContext:
+    """What a route's handler gets besides the request: the hooks and the settings."""
+
     hooks: Hooks
     settings: Settings
+
+
+_Context = RouteContext
 
 
 async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -> Any:
@@ -102,13 +107,21 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _json(result: Any) -> Any:
+def answer_json(result: Any) -> Any:
+    """A hook's answer as JSON: a model dumped, anything else as it is."""
     return result.model_dump() if isinstance(result, BaseModel) else result
+
+
+_json = answer_json
 
 
 async def _abort(ctx: _Context, request: Request) -> Any:
     body = await parse_body(request, AbortRequest, ctx.settings.max_body_bytes)
-    timeout_s = body.timeout_s if body.timeout_s is not None else ctx.settings.abort_timeout_s
+    wait, timeout_s = body.wait, body.timeout_s if body.timeout_s is not None else ctx.settings.abort_timeout_s
+    if "wait" not in body.model_fields_set:
+        # No "wait" at all (vLLM's own /abort_requests body): settle briefly, so that a client
+        # polling the load next no longer counts the requests just aborted.
+        wait, timeout_s = True, body.timeout_s if body.timeout_s is not None else ctx.settings.abort_settle_s
     request_ids, reason = body.request_ids or None, "request"
     if body.by_age():
         # The selector becomes the exact ids of the requests it covers, so that every abort
@@ -118,7 +131,7 @@ async def _abort(ctx: _Context, request: Request) -> Any:
         if not request_ids:
             return _json(control.nothing_aborted())
     return _json(
-        await ctx.hooks.call("abort", request, request_ids=request_ids, wait=body.wait, timeout_s=timeout_s, reason=reason)
+        await ctx.hooks.call("abort", request, request_ids=request_ids, wait=wait, timeout_s=timeout_s, reason=reason)
     )
 
 
@@ -171,17 +184,34 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+_PAUSE_MODES = ("abort", "keep", "wait")
+# vLLM reads its pause's clear_cache as a FastAPI bool query parameter: these spellings.
+_QUERY_TRUE = ("1", "true", "on", "yes", "t", "y")
+_QUERY_FALSE = ("0", "false", "off", "no", "f", "n")
+
+
 async def _pause(ctx: _Context, request: Request) -> Any:
     body = await parse_body(request, PauseRequest, ctx.settings.max_body_bytes)
     mode = body.mode
     query_mode = request.query_params.get("mode")
     if query_mode is not None:
-        if query_mode not in ("abort", "keep"):
-            raise ContractError(400, f"mode: expected 'abort' or 'keep' (got {query_mode!r})")
+        if query_mode not in _PAUSE_MODES:
+            raise ContractError(400, f"mode: expected 'abort', 'keep' or 'wait' (got {query_mode!r})")
         if "mode" in body.model_fields_set and body.mode != query_mode:
             raise ContractError(400, f"mode: the query says {query_mode!r} but the body says {body.mode!r}")
         mode = query_mode
-    return _json(await ctx.hooks.call("pause", request, mode=mode, timeout_s=ctx.settings.abort_timeout_s))
+    clear_cache = body.clear_cache
+    query_clear = request.query_params.get("clear_cache")
+    if query_clear is not None:
+        value = query_clear.strip().lower()
+        if value not in _QUERY_TRUE + _QUERY_FALSE:
+            raise ContractError(400, f"clear_cache: expected true or false (got {query_clear!r})")
+        if clear_cache is not None and clear_cache != (value in _QUERY_TRUE):
+            raise ContractError(400, f"clear_cache: the query says {query_clear!r} but the body says {clear_cache!r}")
+        clear_cache = value in _QUERY_TRUE
+    return _json(
+        await ctx.hooks.call("pause", request, mode=mode, timeout_s=ctx.settings.abort_timeout_s, clear_cache=clear_cache)
+    )
 
 
 async def _resume(ctx: _Context, request: Request) -> Any:
@@ -228,14 +258,29 @@ def build_router(
     hooks: Hooks,
     settings: Settings,
     engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
+    answer_fields: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> APIRouter:
     """An APIRouter with every contract route under ``settings.route_prefix``.
 
     Each route checks the API key (the engine's own keys, else ``ENGINE_PLUGINS_API_KEY``; read
     per request since the engine may configure them after the plugin loads), calls its hook and
     answers JSON. A :class:`ContractError` becomes its status; a plugin's failure a logged 500
-    naming the plugin; anything else a logged 500.
+    naming the plugin; anything else a logged 500. *answer_fields*: per contract path, fields
+    added to each answer (an engine's own route of that path answers them).
     """
+    return build_routes(hooks, settings, CONTRACT_ROUTES, engine_api_keys, settings.route_prefix, answer_fields)
+
+
+def build_routes(
+    hooks: Hooks,
+    settings: Settings,
+    routes: Iterable[ContractRoute],
+    engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
+    prefix: str = "",
+    answer_fields: Optional[Mapping[str, Mapping[str, Any]]] = None,
+) -> APIRouter:
+    """An APIRouter serving *routes* under *prefix*, each authenticated and answered as the
+    contract's are (engines use it for their own routes that the plugin serves too)."""
     ctx = _Context(hooks=hooks, settings=settings)
     router = APIRouter()
 
@@ -246,21 +291,24 @@ def build_router(
         own = [k for k in engine_api_keys() if k]
         return own or [settings.api_key or ""]
 
-    for route in CONTRACT_ROUTES:
+    for route in routes:
         router.add_api_route(
-            settings.route_prefix + route.path,
-            _endpoint(ctx, route, keys),
+            prefix + route.path,
+            _endpoint(ctx, route, keys, dict((answer_fields or {}).get(route.path, {}))),
             methods=[route.method],
             name=f"engine_plugins{route.path.replace('/', '_')}",
         )
     return router
 
 
-def _endpoint(ctx: _Context, route: ContractRoute, keys: Callable[[], list[str]]):
+def _endpoint(ctx: _Context, route: ContractRoute, keys: Callable[[], list[str]], extra: dict[str, Any]):
     async def endpoint(request: Request) -> JSONResponse:
         try:
             check_api_key(request, keys())
-            return JSONResponse(await route.handler(ctx, request))
+            answer = await route.handler(ctx, request)
+            if extra and isinstance(answer, dict):
+                answer = {**extra, **answer}
+            return JSONResponse(answer)
         except ContractError as exc:
             return JSONResponse(error_body(exc.message, exc.type), status_code=exc.status)
         except PluginError as exc:

@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FinishReason = Literal["stop", "length", "abort"]
-PauseMode = Literal["abort", "keep"]
+PauseMode = Literal["abort", "keep", "wait"]
 
 
 class _Request(BaseModel):
@@ -128,6 +128,14 @@ class UpdateWeightVersionResult(_Response):
     new_version: str
     previous_version: str
     aborted: int = 0
+    message: str = ""
+    """SGLang's own answer has it (``Weight version updated to v8``, the default); kept for its callers."""
+
+    @model_validator(mode="after")
+    def _default_message(self) -> "UpdateWeightVersionResult":
+        if not self.message:
+            self.message = f"Weight version updated to {self.new_version}"
+        return self
 
 
 # --- partial generation --------------------------------------------------------------------
@@ -201,9 +209,15 @@ class PartialGenerateResult(_Response):
 
 
 class PauseRequest(_Request):
-    """``POST /pause``: ``abort`` returns in-flight work now; ``keep`` freezes it until resume."""
+    """``POST /pause``: ``abort`` returns in-flight work now; ``keep`` freezes it until resume;
+    ``wait`` admits nothing new and lets in-flight work finish (a drain), then is paused.
+
+    ``clear_cache`` is vLLM's: whether to clear its caches once paused (vLLM's default: true;
+    ignored in ``keep`` mode). Other engines accept it and keep their caches.
+    """
 
     mode: PauseMode = "abort"
+    clear_cache: Optional[bool] = None
 
 
 class PauseState(_Response):

@@ -75,9 +75,15 @@ class EngineSeam(Protocol):
     async def set_weight_version(self, version: str) -> None:
         """Set the weight version without aborting anything; later tokens carry *version*."""
 
-    async def pause(self, mode: str) -> None:
+    async def pause(self, mode: str, clear_cache: Optional[bool] = None) -> None:
         """Pause the engine: ``"abort"`` holds new requests (the control aborts the rest);
-        ``"keep"`` freezes in-flight requests and holds new ones."""
+        ``"keep"`` freezes in-flight requests and holds new ones. *clear_cache*: vLLM's flag
+        (None: the engine's default); engines without caches to clear ignore it."""
+
+    async def drain(self, clear_cache: Optional[bool] = None) -> Sequence[InFlight]:
+        """Pause in ``"wait"`` mode: admit no new request (new ones are held until :meth:`resume`,
+        and stay in the registry), let the admitted ones run on, and return those admitted ones,
+        which the control waits for. May itself wait for the engine's own drain."""
 
     async def resume(self) -> None:
         """Undo :meth:`pause`; held and frozen requests go on."""

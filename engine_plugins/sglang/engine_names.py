@@ -319,6 +319,10 @@ class SGLangEngine:
         """SGLang's ``continue_generation``: opens the pause gate and restarts the scheduler."""
         await self.tm.continue_generation(self.names.ContinueGenerationReqInput())
 
+    def pause_gate_closed(self) -> bool:
+        """Whether new requests are held at the TokenizerManager's pause gate."""
+        return bool(self.tm.is_pause)
+
     async def close_pause_gate(self) -> None:
         """Hold new requests at the TokenizerManager's pause gate, leaving the scheduler running."""
         async with self.tm.is_pause_cond:

@@ -18,11 +18,15 @@ import multiprocessing
 import weakref
 from typing import Any, Optional
 
+from fastapi import APIRouter
+
 from ..assembly import PluginStack, assemble
 from ..config import ConfigError, describe
 from ..control import RolloutControl
 from ..errors import StartupError
 from ..exposure import RedactSecrets, unguarded_warning
+from ..http_api import build_routes
+from . import native_routes, routes
 from .engine_names import SGLangNames, load_names
 from .routes import MountReport, mount
 from .seam import SGLangSeam
@@ -81,9 +85,19 @@ def install(names: SGLangNames) -> None:
         return original(server_args, *args, **kwargs)
 
     names.hook_launch_server(check_launch)
-    report = mount(names.app, stack.router, stack.settings.replace_native_routes, names.mark_admin_optional)
+    report = mount(names.app, _with_native_routes(names, stack), stack.settings.replace_native_routes, names.mark_admin_optional)
     _installed = True
     _log_startup(names, stack, report, hooks)
+
+
+def _with_native_routes(names: SGLangNames, stack: PluginStack) -> APIRouter:
+    """The contract's routes, SGLang's own control routes the plugin serves in their place, and
+    the aliases of routes older SGLang versions had, where this one lacks them."""
+    aliases = [r for r in native_routes.ALIAS_ROUTES if not routes.native_routes(names.app, r.method, r.path)]
+    native = build_routes(stack.hooks, stack.settings, [*native_routes.REPLACED_ROUTES, *aliases], names.api_keys)
+    router = APIRouter()
+    router.routes.extend([*stack.router.routes, *native.routes])
+    return router
 
 
 def _refuse_multi_tokenizer(server_args: Any) -> None:

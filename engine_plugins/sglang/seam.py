@@ -162,8 +162,9 @@ class SGLangSeam:
 
     # --- pause -----------------------------------------------------------------------------
 
-    async def pause(self, mode: str) -> None:
-        """``keep``: SGLang's ``in_place`` pause. ``abort``: close the pause gate only."""
+    async def pause(self, mode: str, clear_cache: Optional[bool] = None) -> None:
+        """``keep``: SGLang's ``in_place`` pause. ``abort``: close the pause gate only. SGLang's
+        pause has no cache flag (its ``/flush_cache`` is separate): *clear_cache* is ignored."""
         async with self._scheduler_state:
             if mode == "keep":
                 if self._scheduler_pause is None:
@@ -180,6 +181,26 @@ class SGLangSeam:
                 await self.sglang.continue_generation()
                 self._scheduler_pause = None
             await self.sglang.close_pause_gate()
+
+    async def drain(self, clear_cache: Optional[bool] = None) -> list[InFlight]:
+        """SGLang has no drain: close the TokenizerManager's pause gate (the scheduler runs on),
+        and return every request past it.
+
+        A request's state is created, and the gate checked, with no await in between
+        (``generate_request``), so when the gate closes on an open gate every request in the
+        registry is past it and will run to its end; those arriving later wait at the gate.
+        Coming from another pause, the requests held at the gate stay there: only the
+        dispatched ones are returned.
+        """
+        async with self._scheduler_state:
+            gate_was_open = self._scheduler_pause is None and not self.sglang.pause_gate_closed()
+            if self._scheduler_pause is not None:
+                # Coming from keep: the scheduler must run for the admitted requests to finish.
+                await self.sglang.continue_generation()
+                self._scheduler_pause = None
+            await self.sglang.close_pause_gate()
+            entries = self.registry.select()
+        return entries if gate_was_open else [e for e in entries if e.dispatched]
 
     async def resume(self) -> None:
         """SGLang's ``continue_generation``: opens the gate and restarts the scheduler."""

@@ -162,7 +162,6 @@ class Tracker:
 
     async def _first_step(self, inner: AsyncIterator[dict], obj: Any) -> Optional[dict]:
         """The first output, or None when the request was aborted before it was dispatched."""
-        rid = self.sglang.names.request_rid(obj)
         step = asyncio.ensure_future(inner.__anext__())
         try:
             while not step.done():
@@ -171,6 +170,9 @@ class Tracker:
                 signal.cancel()
                 if step.done():
                     break
+                # Read here, not before the first step: a request sent without a rid gets one
+                # when SGLang normalises it, inside that step.
+                rid = self.sglang.names.request_rid(obj)
                 # Batch requests (a list of rids) are not ended early: their held members are
                 # aborted when they are dispatched (see ``dispatched``).
                 entry = self.registry.get(rid) if isinstance(rid, str) else None

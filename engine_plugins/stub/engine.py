@@ -150,10 +150,16 @@ class StubEngine:
         """Later tokens carry *version*."""
         self._version = version
 
-    async def pause(self, mode: str) -> None:
-        """Hold new requests; in ``keep`` mode also freeze running ones."""
+    async def pause(self, mode: str, clear_cache: Optional[bool] = None) -> None:
+        """Hold new requests; in ``keep`` mode also freeze running ones (the stub has no caches)."""
         self._paused = mode
         self._notify()
+
+    async def drain(self, clear_cache: Optional[bool] = None) -> list[InFlight]:
+        """Hold new requests (and those still tokenizing); the dispatched ones run on."""
+        self._paused = "wait"
+        self._notify()
+        return [e for e in self.registry.select() if e.dispatched]
 
     async def resume(self) -> None:
         """Release held and frozen requests."""

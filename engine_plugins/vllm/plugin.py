@@ -16,12 +16,15 @@ import logging
 from argparse import Namespace
 from typing import Any, Callable, Optional
 
+from fastapi import APIRouter
+
 from ..assembly import PluginStack, assemble
 from ..config import Settings, describe
 from ..control import RolloutControl
 from ..errors import StartupError
 from ..exposure import unguarded_warning
-from . import engine_names
+from ..http_api import build_routes
+from . import engine_names, native_routes
 from .engine_names import VllmEngine, VllmNames
 from .routes import mount
 from .seam import VllmSeam
@@ -53,8 +56,15 @@ class VllmEndpointPlugin:
         Reads ``ENGINE_PLUGINS_*`` here, not in the factory, because vLLM logs and skips a
         factory that raises, while an error here stops the server.
         """
-        self._stack = assemble(lambda: self._control, lambda: self._keys, self._settings)
-        report = mount(app, self._stack.router, self._stack.settings.replace_native_routes)
+        self._stack = assemble(lambda: self._control, lambda: self._keys, self._settings, native_routes.ANSWER_FIELDS)
+        present = {(m, getattr(r, "path", "")) for r in app.routes for m in (getattr(r, "methods", None) or ())}
+        aliases = [r for r in native_routes.ALIAS_ROUTES if (r.method, r.path) not in present]
+        router = self._stack.router
+        if aliases:
+            router = APIRouter()
+            alias_router = build_routes(self._stack.hooks, self._stack.settings, aliases, lambda: self._keys)
+            router.routes.extend([*self._stack.router.routes, *alias_router.routes])
+        report = mount(app, router, self._stack.settings.replace_native_routes)
         for line in report.lines():
             logger.info("%s", line)
         for line in report.warnings():

@@ -5,8 +5,9 @@ and the registry is kept by :class:`~.tracking.Tracker`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Optional, Sequence
 
 from ..errors import ContractError
 from ..model_limits import ModelLimits
@@ -86,15 +87,39 @@ class VllmSeam:
         """vLLM's version update: later tokens carry *version*; nothing is aborted."""
         await self.vllm.update_weight_version(version)
 
-    async def pause(self, mode: str) -> None:
+    async def pause(self, mode: str, clear_cache: Optional[bool] = None) -> None:
         """``keep``: vLLM's keep (running requests freeze, new ones queue), KV cache kept so that
-        the frozen requests go on from it. ``abort``: vLLM's abort (the engine core aborts what it
-        holds, new requests queue); the control then aborts every accepted request, which covers
-        the rest."""
+        the frozen requests go on from it (vLLM ignores ``clear_cache`` there). ``abort``: vLLM's
+        abort (the engine core aborts what it holds, new requests queue), clearing vLLM's caches
+        unless *clear_cache* is false; the control then aborts every accepted request, which
+        covers the rest."""
         if mode == "keep":
             await self.vllm.pause_generation("keep", clear_cache=False)
         else:
-            await self.vllm.pause_generation("abort", clear_cache=True)
+            await self.vllm.pause_generation("abort", clear_cache=True if clear_cache is None else clear_cache)
+
+    async def drain(self, clear_cache: Optional[bool] = None) -> list[InFlight]:
+        """vLLM's ``wait`` pause: new requests queue, the engine core's running requests finish,
+        and vLLM returns once it is idle (then clears its caches unless *clear_cache* is false).
+        Returns once the final outputs of the requests that ran have been read too.
+
+        vLLM's drain finishes only the requests that were running: those still in its waiting
+        queue stay queued until resume. So after it, the requests sent to the engine core before
+        the pause are waited for until no more of them are left than the engine core holds.
+        """
+        admitted = [e for e in self.registry.select() if e.dispatched]
+        await self.vllm.pause_generation("wait", clear_cache=True if clear_cache is None else clear_cache)
+        queued = sum(waiting for _, waiting in await self.vllm.request_counts())
+        pending = [e for e in admitted if not e.released.is_set()]
+        while len(pending) > queued:
+            waiters = [asyncio.ensure_future(e.released.wait()) for e in pending]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+            pending = [e for e in pending if not e.released.is_set()]
+        return []
 
     async def resume(self) -> None:
         """vLLM's resume: queued and frozen requests go on."""

@@ -1,4 +1,5 @@
-"""POST /pause, /resume and GET /is_paused: abort mode returns work now, keep mode freezes it."""
+"""POST /pause, /resume and GET /is_paused: abort mode returns work now, keep mode freezes it,
+wait mode drains (in-flight work finishes, new work waits)."""
 
 import asyncio
 
@@ -9,6 +10,11 @@ from .api import Api, assert_partial, total_reqs
 pytestmark = pytest.mark.anyio
 
 
+def pause_state(answer: dict) -> dict:
+    """The contract's fields of a pause answer (an engine may add its own: vLLM's ``status``)."""
+    return {"is_paused": answer["is_paused"], "mode": answer["mode"]}
+
+
 async def test_pause_abort_returns_in_flight_work_and_refuses_new_work_until_resume(target):
     n = 8
     async with Api(target) as api:
@@ -16,13 +22,13 @@ async def test_pause_abort_returns_in_flight_work_and_refuses_new_work_until_res
         tasks = api.start(n, target.long_tokens, prefix="pause-abort")
         await api.wait_in_flight(n, running=True)
         state = await api.ok("POST", "/pause")  # mode defaults to abort
-        assert state == {"is_paused": True, "mode": "abort"}
+        assert pause_state(state) == {"is_paused": True, "mode": "abort"}
         results = await asyncio.gather(*tasks)
         assert await api.ok("GET", "/is_paused") == {"is_paused": True, "mode": "abort"}
         refused = await api.generate(8, request_id="while-paused")
         loads = await api.loads()
         assert loads["paused"] is True and total_reqs(loads) == 0
-        assert await api.ok("POST", "/resume") == {"is_paused": False, "mode": None}
+        assert pause_state(await api.ok("POST", "/resume")) == {"is_paused": False, "mode": None}
         after = await api.generate(8)
     for r in results:
         assert r["cancelled"] is True and len(r["output_ids"]) > 0
@@ -37,7 +43,7 @@ async def test_pause_keep_holds_requests_and_continues_them_after_resume(target)
         await api.warm(n + m)
         running = api.start(n, target.long_tokens, prefix="keep-run")
         await api.wait_in_flight(n, running=True)
-        assert await api.ok("POST", "/pause", params={"mode": "keep"}) == {"is_paused": True, "mode": "keep"}
+        assert pause_state(await api.ok("POST", "/pause", params={"mode": "keep"})) == {"is_paused": True, "mode": "keep"}
         arriving = api.start(m, target.long_tokens, prefix="keep-new")
         loads = await api.wait_in_flight(n + m)
         assert total_reqs(loads) == n + m, "requests held during the pause are counted"
@@ -74,11 +80,76 @@ async def test_abort_all_during_keep_pause_covers_requests_that_arrived_while_pa
 
 async def test_pause_mode_in_query_or_body_and_resume_is_idempotent(target):
     async with Api(target) as api:
-        assert await api.ok("POST", "/resume") == {"is_paused": False, "mode": None}
-        assert await api.ok("POST", "/pause", {"mode": "keep"}) == {"is_paused": True, "mode": "keep"}
-        assert await api.ok("POST", "/pause", params={"mode": "abort"}) == {"is_paused": True, "mode": "abort"}
+        assert pause_state(await api.ok("POST", "/resume")) == {"is_paused": False, "mode": None}
+        assert pause_state(await api.ok("POST", "/pause", {"mode": "keep"})) == {"is_paused": True, "mode": "keep"}
+        assert pause_state(await api.ok("POST", "/pause", params={"mode": "abort"})) == {"is_paused": True, "mode": "abort"}
+        assert pause_state(await api.ok("POST", "/pause", params={"mode": "wait"})) == {"is_paused": True, "mode": "wait"}
         conflict = await api.post("/pause", {"mode": "keep"}, params={"mode": "abort"})
         assert conflict.status_code == 400 and "mode" in conflict.json()["error"]["message"]
-        assert await api.ok("POST", "/resume") == {"is_paused": False, "mode": None}
-        assert await api.ok("POST", "/resume") == {"is_paused": False, "mode": None}
+        assert pause_state(await api.ok("POST", "/resume")) == {"is_paused": False, "mode": None}
+        assert pause_state(await api.ok("POST", "/resume")) == {"is_paused": False, "mode": None}
         assert await api.ok("GET", "/is_paused") == {"is_paused": False, "mode": None}
+
+
+# A drain must outlast the client's call on a busy machine, and end soon after: a quarter of
+# the long requests (about 2 s on the real engines).
+def drain_tokens(target) -> int:
+    return target.long_tokens // 4
+
+
+@pytest.mark.parametrize(
+    "how",
+    [{"params": {"mode": "wait"}}, {"body": {"mode": "wait", "clear_cache": True}}, {"params": {"mode": "wait", "clear_cache": "false"}}],
+    ids=["query", "body-with-clear-cache", "query-with-clear-cache"],
+)
+async def test_pause_wait_lets_in_flight_requests_finish_and_holds_new_ones_until_resume(target, how):
+    n, m, tokens = 4, 3, drain_tokens(target)
+    async with Api(target) as api:
+        await api.warm(n + m)
+        running = [asyncio.create_task(api.generate(tokens, request_id=f"drain-{i}")) for i in range(n)]
+        await api.wait_in_flight(n, running=True)
+        state = await api.ok("POST", "/pause", how.get("body"), params=how.get("params", {}))
+        assert pause_state(state) == {"is_paused": True, "mode": "wait"}
+        drained = await api.loads()
+        assert drained["in_flight"] == 0 and total_reqs(drained) == 0, "the pause returns once in-flight work is done"
+        finished = await asyncio.gather(*running)
+        arriving = [asyncio.create_task(api.generate(8, request_id=f"after-drain-{i}")) for i in range(m)]
+        held = await api.wait_in_flight(m)
+        assert total_reqs(held) == m and held["paused"] is True, "requests arriving while drained wait, counted"
+        assert not any(t.done() for t in arriving)
+        assert pause_state(await api.ok("GET", "/is_paused")) == {"is_paused": True, "mode": "wait"}
+        await api.ok("POST", "/resume")
+        after = await asyncio.gather(*arriving)
+    for r in finished:
+        assert r["finish_reason"] == "length" and r["cancelled"] is False and len(r["output_ids"]) == tokens
+        assert_partial(r, tokens)
+    for r in after:
+        assert r["finish_reason"] == "length" and len(r["output_ids"]) == 8
+
+
+async def test_abort_during_wait_pause_covers_the_requests_held_by_it(target):
+    m = 4
+    async with Api(target) as api:
+        await api.warm(m)
+        await api.ok("POST", "/pause", {"mode": "wait"})
+        held = api.start(m, target.long_tokens, prefix="wait-held")
+        await api.wait_in_flight(m)
+        result = await api.ok("POST", "/abort_requests", {"wait": True})
+        assert result["aborted"] == m and result["idle"] is True
+        results = await asyncio.gather(*held)
+        await api.ok("POST", "/resume")
+        loads = await api.loads()
+    assert loads["in_flight"] == 0
+    for r in results:
+        assert r["cancelled"] is True and r["output_ids"] == []
+
+
+async def test_pause_with_a_bad_clear_cache_is_a_400_naming_it(target):
+    async with Api(target) as api:
+        bad_query = await api.post("/pause", params={"mode": "wait", "clear_cache": "maybe"})
+        bad_body = await api.post("/pause", {"mode": "wait", "clear_cache": "yes"})
+        conflict = await api.post("/pause", {"clear_cache": True}, params={"clear_cache": "false"})
+        state = await api.ok("GET", "/is_paused")
+    for response in (bad_query, bad_body, conflict):
+        assert response.status_code == 400 and "clear_cache" in response.json()["error"]["message"]
+    assert state == {"is_paused": False, "mode": None}, "a refused pause pauses nothing"

@@ -22,7 +22,7 @@ async def test_bump_keeps_in_flight_requests_and_attributes_later_tokens(target)
         result = await api.ok("POST", "/update_weight_version", {"new_version": new})
         results = await asyncio.gather(*tasks)
         loads = await api.loads()
-    assert result == {"success": True, "new_version": new, "previous_version": old, "aborted": 0}
+    assert result == {"success": True, "new_version": new, "previous_version": old, "aborted": 0, "message": f"Weight version updated to {new}"}
     assert loads["weight_version"] == new
     for r in results:
         assert r["finish_reason"] == "length" and r["cancelled"] is False and len(r["output_ids"]) == target.long_tokens

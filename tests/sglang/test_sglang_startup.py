@@ -44,11 +44,13 @@ async def test_the_replaced_routes_are_the_ones_served(target):
     async with Api(target) as api:
         loads = await api.loads()
         bump = await api.ok("POST", "/update_weight_version", {"new_version": loads["weight_version"]})
-    # The contract's shapes, not SGLang's: SGLang's /v1/loads has no in_flight, and its
+    # The contract's shapes, supersets of SGLang's: SGLang's /v1/loads has no in_flight, and its
     # /update_weight_version answers {"success", "message", "new_version"}.
     assert {"in_flight", "paused", "aggregate", "engine"} <= set(loads) and loads["engine"] == "sglang"
     assert "num_used_tokens" in loads["loads"][0], "SGLang's own per-rank fields are kept"
-    assert bump == {"success": True, "new_version": loads["weight_version"], "previous_version": loads["weight_version"], "aborted": 0}
+    version = loads["weight_version"]
+    assert bump == {"success": True, "new_version": version, "previous_version": version, "aborted": 0,
+                    "message": f"Weight version updated to {version}"}
 
 
 UNGUARDED = "served on 0.0.0.0 without an API key"

@@ -85,7 +85,7 @@ async def test_the_controls_own_aborts_go_through_the_hook_with_their_reason_and
     assert seen == [
         ("weight_version", True, None, "/update_weight_version"),
         ("pause", True, None, "/pause"),
-        ("request", False, None, "/abort_requests"),
+        ("request", True, None, "/abort_requests"),  # no "wait": it settles
     ]
 
 

@@ -25,7 +25,7 @@ async def test_a_plugin_defers_and_the_engine_bumps(is_async):
     seen = []
     async with stub_app({"defers": deferring("update_weight_version", is_async, seen)}) as stub:
         result = await stub.ok("update_weight_version", {"new_version": "v2"})
-        assert result == {"success": True, "new_version": "v2", "previous_version": "default", "aborted": 0}
+        assert result == {"success": True, "new_version": "v2", "previous_version": "default", "aborted": 0, "message": "Weight version updated to v2"}
         assert seen == [stub.control]
 
 

@@ -31,7 +31,7 @@ async def test_known_version_answers_a_bump_to_the_current_version_and_defers_th
     spy_plugin, calls = spy()
     async with stub_app({"spy": spy_plugin, "known_version": examples["known_version"]}) as stub:
         same = await stub.ok("update_weight_version", {"new_version": "default"})
-        assert same == {"success": True, "new_version": "default", "previous_version": "default", "aborted": 0}
+        assert same == {"success": True, "new_version": "default", "previous_version": "default", "aborted": 0, "message": "Weight version updated to default"}
         assert calls == [], "answered by the example"
         bumped = await stub.ok("update_weight_version", {"new_version": "v2"})
         assert bumped["previous_version"] == "default" and calls == ["update_weight_version"]

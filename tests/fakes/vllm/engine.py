@@ -322,6 +322,15 @@ class EngineCore:
         self.scheduler = Scheduler(max_num_seqs)
         self._weight_version = "default"  # core.py:141
         self.outputs: asyncio.Queue = asyncio.Queue()
+        self._drains: list[asyncio.Future] = []  # wait-mode pauses until nothing runs
+
+    def _notify_idle(self) -> None:
+        """core.py:1578, 1621-1624: complete the wait-mode pauses once nothing runs."""
+        if self._drains and not self.scheduler.running:
+            for drained in self._drains:
+                if not drained.done():
+                    drained.set_result(None)
+            self._drains.clear()
 
     # utility methods, called by name (core.py:1687-1698)
     def set_weight_version(self, weight_version: str) -> None:
@@ -330,12 +339,18 @@ class EngineCore:
     def get_weight_version(self) -> str:
         return self._weight_version
 
-    def pause_scheduler(self, mode: str = "abort", clear_cache: bool = True) -> None:
-        """core.py:2061-2103 (the wait-mode drain is not modelled: the plugin never uses it)."""
+    def pause_scheduler(self, mode: str = "abort", clear_cache: bool = True) -> Optional[asyncio.Future]:
+        """core.py:2061-2103. ``wait``: PAUSED_NEW (queued requests stay queued, running ones step
+        on); the returned future completes once nothing runs (the idle-state callback)."""
         if mode not in ("abort", "wait", "keep"):
             raise ValueError(f"Invalid pause mode: {mode}")
         if mode == "wait":
-            raise NotImplementedError("the fake does not model pause(mode='wait')")
+            self.scheduler.pause_state = PauseState.PAUSED_NEW
+            if not self.scheduler.running:
+                return None
+            drained = asyncio.get_running_loop().create_future()
+            self._drains.append(drained)
+            return drained
         if mode == "abort":
             aborted = self.scheduler.finish_requests(None)
             self._send([EngineCoreOutput(i, [], [], "abort") for i in aborted])
@@ -356,6 +371,7 @@ class EngineCore:
             self.scheduler.add(payload)
         elif kind == "ABORT":
             self.scheduler.finish_requests(payload)
+            self._notify_idle()
         elif kind == "UTILITY":
             method, args = payload
             return getattr(self, method)(*args)
@@ -375,6 +391,7 @@ class EngineCore:
             if finish:
                 self.scheduler.finish_requests([core_request.request.request_id])
         self._send(outputs)
+        self._notify_idle()
 
 
 class EngineCoreClient:
@@ -411,8 +428,13 @@ class EngineCoreClient:
             if future is not None:
                 future.set_exception(exc)
             return
-        if future is not None:
-            future.set_result(result)
+        if future is None:
+            return
+        if isinstance(result, asyncio.Future):
+            # A utility that completes later (a wait-mode pause): answer when it does.
+            result.add_done_callback(lambda done: future.done() or future.set_result(None))
+            return
+        future.set_result(result)
 
     async def add_request_async(self, request: EngineCoreRequest) -> None:
         await asyncio.sleep(0)  # the real send may suspend (zmq.asyncio)
