@@ -45,3 +45,23 @@ def wheel_source(release: Release) -> Path:
     """The unpacked .py files of *release*'s wheel."""
     dist = release.wheel.split("==")[0].replace("-", "_")
     return wheels_dir() / "src" / f"{dist}-{release.version}"
+
+
+# The contract tests every non-pinned release runs on its real server (its target
+# ``engine@version``): the fence, loads, a bump that keeps work (spans), a partial generation
+# aborted mid-way, pause in keep and abort mode.
+SMOKE = frozenset({
+    "contract/test_abort.py::test_abort_all_covers_every_request_and_salvages_partial_tokens",
+    "contract/test_abort.py::test_abort_by_id_is_exact_not_by_prefix",
+    "contract/test_loads.py::test_loads_count_every_request_in_flight",
+    "contract/test_weight_version.py::test_bump_keeps_in_flight_requests_and_attributes_later_tokens",
+    "contract/test_partial_generate.py::test_generates_to_length_with_one_logprob_per_token",
+    "contract/test_pause.py::test_pause_abort_returns_in_flight_work_and_refuses_new_work_until_resume",
+    "contract/test_pause.py::test_pause_keep_holds_requests_and_continues_them_after_resume",
+})
+VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
+
+
+def in_smoke(nodeid: str) -> bool:
+    """Whether the test with *nodeid* (``tests/...::name``, no parameters) is in :data:`SMOKE`."""
+    return nodeid.split("tests/", 1)[-1].split("[", 1)[0] in SMOKE
