@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_versions import VERSION_TARGETS, in_smoke
+from engine_versions import SMOKE_ONLY, VERSION_TARGETS, in_smoke
 from targets import TARGETS, Target
 
 
@@ -29,7 +29,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             chosen = [t for t in chosen if t in marker.args]
         # The other engine releases (engine@version) run the smoke subset only.
         if not in_smoke(metafunc.definition.nodeid):
-            chosen = [t for t in chosen if t not in VERSION_TARGETS]
+            chosen = [t for t in chosen if t not in SMOKE_ONLY]
         metafunc.parametrize("target", chosen, indirect=True, scope="session")
 
 

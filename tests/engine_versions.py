@@ -60,6 +60,8 @@ SMOKE = frozenset({
     "contract/test_pause.py::test_pause_keep_holds_requests_and_continues_them_after_resume",
 })
 VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
+# The targets that run only SMOKE: those, and the fake that follows vLLM 0.31 (its shims, fast).
+SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub"}
 
 
 def in_smoke(nodeid: str) -> bool:

@@ -44,6 +44,8 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
 TARGETS = {
     "vllm-stub": lambda tmp: fake_vllm_server(tmp),
     "vllm-0.33-stub": lambda tmp: fake_vllm_server(tmp, "--pause-rejects-new", "--dev-mode", name="vllm-0.33-stub"),
+    # The smoke subset only (engine_versions.SMOKE_ONLY), as on the real 0.30 and 0.31.
+    "vllm-0.31-stub": lambda tmp: fake_vllm_server(tmp, "--like-0.31", "--dev-mode", name="vllm-0.31-stub"),
     "vllm": lambda tmp: real_vllm_server(tmp),
 }
 for _release in SUPPORTED:

@@ -27,6 +27,11 @@ It keeps the semantics the plugin depends on, each checked against vLLM 0.32.0's
 (``RetryableRequestError``, a 503: exceptions.py:139-144, outputs.py:23-35) into the request's
 collector (v1/engine/output_processor.py:764-771) and ``generate`` raises it after aborting the
 request (v1/engine/async_llm.py:820-827). ``keep`` still queues new requests.
+
+``AsyncLLM(stamp_versions=False)`` follows vLLM 0.30/0.31: the engine core stamps no weight
+version on its outputs, so no spans come back (their ``CompletionOutput`` has no
+``weight_versions``: outputs.py:33-66), and the client has no ``call_utility_all_async``, only
+``_call_utility_async(method, engine=)`` per ``core_engines`` (v1/engine/core_client.py:1242, 723).
 """
 
 from __future__ import annotations
@@ -342,8 +347,10 @@ class Scheduler:
 class EngineCore:
     """The engine-core process (v1/engine/core.py), as a task reading an ordered input queue."""
 
-    def __init__(self, step_s: float, vocab_size: int, max_num_seqs: int, pause_rejects_new: bool = False) -> None:
+    def __init__(self, step_s: float, vocab_size: int, max_num_seqs: int, pause_rejects_new: bool = False,
+                 stamp_versions: bool = True) -> None:
         self.step_s = step_s
+        self.stamp_versions = stamp_versions
         self.pause_rejects_new = pause_rejects_new
         self.reject_new_requests = False  # 0.33: core.py:1194, 2232-2236
         self.vocab_size = vocab_size
@@ -379,7 +386,7 @@ class EngineCore:
 
     def _send(self, outputs: list[EngineCoreOutput]) -> None:
         if outputs:
-            self.outputs.put_nowait((outputs, self._weight_version))
+            self.outputs.put_nowait((outputs, self._weight_version if self.stamp_versions else None))
 
     def handle(self, kind: str, payload: Any) -> Any:
         if kind == "ADD":
@@ -464,6 +471,13 @@ class EngineCoreClient:
     async def call_utility_all_async(self, method: str, *args: Any) -> list[Any]:
         return [await self.call_utility_async(method, *args)]
 
+    # One engine core (one data-parallel rank), as core_client.py:723 names it.
+    core_engines = [(0).to_bytes(2, "little")]
+
+    async def _call_utility_async(self, method: str, *args: Any, engine: bytes) -> Any:
+        assert engine in self.core_engines
+        return await self.call_utility_async(method, *args)
+
 
 class Renderer:
     """``renderer.render_cmpl_async`` for token prompts (renderers/base.py:1260-1285)."""
@@ -496,11 +510,11 @@ class AsyncLLM:
     """The fake ``AsyncLLM``: the same public surface and internals the plugin uses."""
 
     def __init__(self, step_s: float = 0.003, vocab_size: int = 512, max_num_seqs: int = 64, max_model_len: int = 2048,
-                 pause_rejects_new: bool = False) -> None:
+                 pause_rejects_new: bool = False, stamp_versions: bool = True) -> None:
         self.errored = False
         self.pause_rejects_new = pause_rejects_new
         self.output_processor = OutputProcessor()
-        self.engine_core = EngineCoreClient(EngineCore(step_s, vocab_size, max_num_seqs, pause_rejects_new))
+        self.engine_core = EngineCoreClient(EngineCore(step_s, vocab_size, max_num_seqs, pause_rejects_new, stamp_versions))
         self.renderer = Renderer(max_model_len)
         self.model_config = ModelConfig(vocab_size, max_model_len)
         self._output_handler: Optional[asyncio.Task] = None
