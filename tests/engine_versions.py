@@ -58,6 +58,7 @@ SMOKE = frozenset({
     "contract/test_partial_generate.py::test_generates_to_length_with_one_logprob_per_token",
     "contract/test_pause.py::test_pause_abort_returns_in_flight_work_and_refuses_new_work_until_resume",
     "contract/test_pause.py::test_pause_keep_holds_requests_and_continues_them_after_resume",
+    "test_engine_versions.py::test_the_startup_log_names_the_version_and_its_shims",
 })
 VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
 # The targets that run only SMOKE: those, and the fake that follows vLLM 0.31 (its shims, fast).

@@ -76,3 +76,24 @@ def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     with pytest.raises(StartupError) as info:
         NAMES[engine].check_version(version)
     assert f"{version} is not supported" in str(info.value) and NAMES[engine].SUPPORTED_VERSION in str(info.value)
+
+
+LOG_TARGETS = {"vllm@0.30.0": ("vllm", "0.30.0"), "vllm@0.31.0": ("vllm", "0.31.0"), "vllm-0.31-stub": ("vllm", "0.31.0"),
+               "vllm-0.33-stub": ("vllm", "0.33.0"), "sglang@0.5.20": ("sglang", "0.5.20"),
+               "sglang@0.5.21": ("sglang", "0.5.21"), "sglang@0.5.22": ("sglang", "0.5.22")}
+
+
+@pytest.mark.targets(*LOG_TARGETS)
+def test_the_startup_log_names_the_version_and_its_shims(target):
+    engine, version = LOG_TARGETS[target.name]
+    features = EXPECTED_FEATURES[(engine, version)]
+    log = target.log_tail()
+    if engine == "vllm":
+        from engine_plugins.engine_probe import ProbeReport
+
+        shims = vllm_names.active_shims(ProbeReport(features=features))
+        assert f"serving the RL control contract on vLLM {version}" in log
+        assert f"shims: {'; '.join(shims)}" in log
+    else:
+        assert f"SGLang {version}: contract mounted" in log and "shims: none (supported: SGLang 0.5.20 to 0.5.23)" in log
+        assert ("SGLang's own /get_load served as before" in log) == features["legacy_get_load"]
