@@ -8,6 +8,9 @@
   or sees) goes through it; its constructor checks the TokenizerManager's own attributes, when
   SGLang constructs it at startup.
 
+- The supported releases (SGLang 0.5.20 to 0.5.23): :data:`REQUIRED_NAMES`, checked by
+  :func:`probe` at startup and on each release's wheel by the static probe test; they need no shim.
+
 A check failure is a :class:`~engine_plugins.errors.StartupError` naming what is missing and the
 SGLang version. Tests build :class:`SGLangNames` from a fake SGLang without SGLang installed.
 What each name does in SGLang, with file and line, is in ``docs/engine-notes.md``.

@@ -9,6 +9,11 @@
 - The engine-core side: the utility method the general plugin gives vLLM's ``EngineCore``
   (:func:`install_request_counts`), and the launch flags the plugin reads.
 
+- The supported releases (vLLM 0.30 to 0.33): :data:`REQUIRED_NAMES` lists every name used,
+  checked by :func:`probe` (on the imported vLLM at startup, on each release's wheel by the static
+  probe test); :data:`FEATURES` and :data:`PAUSE_FEATURES` are the differences between releases,
+  each covered by a shim that the probe (never the version string) switches on.
+
 A check failure is a :class:`~engine_plugins.errors.StartupError` naming what is missing and the
 vLLM version. Tests build :class:`VllmNames` from a fake vLLM without vLLM installed. What each
 name does in vLLM, with file and line, is in ``docs/engine-notes.md``.
