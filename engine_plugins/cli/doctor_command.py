@@ -15,8 +15,9 @@ def run(args) -> int:
         print_json({**report.to_dict(), "exit_code": code})
         return code
     print_text(f"engine-plugins {report.package_version} in {report.python}")
-    print_table("engines", ["engine", "installed", "distribution", "version", "supported"],
-                [[e["engine"], "yes" if e["installed"] else "no", e["distribution"], e["version"], e["supported"]] for e in report.engines])
+    print_table("engines", ["engine", "installed", "distribution", "version", "supported", "shims"],
+                [[e["engine"], "yes" if e["installed"] else "no", e["distribution"], e["version"], e["supported"],
+                  "; ".join(e.get("shims", [])) or "-"] for e in report.engines])
     print_table("entry points (name engine_plugins)", ["group", "registered", "target", "enabled", "why"],
                 [[e["group"], "yes" if e["registered"] else "no", e["target"], "yes" if e["enabled"] else "no", e["why"]] for e in report.entry_points])
     print_table("effective configuration", ["variable", "value"], [[k, v] for k, v in report.config.items()])

@@ -95,12 +95,14 @@ def checkout_dir(repo_root: Path) -> Path:
 MODELS = {"sglang": ("tiny-llama", "small"), "vllm": ("tiny-llama-wide", "wide")}
 
 
-def engine_paths(engine: Engine) -> EnginePaths:
-    """Paths for `engine` under this checkout, without checking that they exist."""
+def engine_paths(engine: Engine, version: str | None = None) -> EnginePaths:
+    """Paths for `engine` under this checkout, without checking that they exist. *version* names
+    another release than the pinned one: its venv is ``<engine>-<version>`` beside the pinned one
+    (scripts/setup-engines.sh ``engine@version``)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     base = engines_dir()
-    venv = base / engine
+    venv = base / (engine if version is None else f"{engine}-{version}")
     return EnginePaths(
         engine=engine,
         venv=venv,
@@ -110,23 +112,24 @@ def engine_paths(engine: Engine) -> EnginePaths:
     )
 
 
-def ensure_engine(engine: Engine, repo_root: Path, *, timeout: float = SETUP_TIMEOUT_S) -> EnginePaths:
+def ensure_engine(engine: Engine, repo_root: Path, *, timeout: float = SETUP_TIMEOUT_S, version: str | None = None) -> EnginePaths:
     """Builds `engine`'s venv and the tiny model if needed (both idempotent) and returns the paths.
 
     Runs ``scripts/setup-engines.sh ENGINE`` (a few minutes the first time, about a second after)
     and ``scripts/make_tiny_model.py`` with that venv's python. Raises EngineSetupError with the
-    tail of the output if either fails.
+    tail of the output if either fails. *version*: another supported release (see engine_paths).
     """
     repo_root = Path(repo_root).resolve()
-    paths = engine_paths(engine)
+    paths = engine_paths(engine, version)
     log_dir = checkout_dir(repo_root) / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    spec = engine if version is None else f"{engine}@{version}"
     steps = [
-        ("setup", ["bash", str(repo_root / "scripts" / "setup-engines.sh"), engine]),
+        ("setup", ["bash", str(repo_root / "scripts" / "setup-engines.sh"), spec]),
         ("model", [str(paths.python), str(repo_root / "scripts" / "make_tiny_model.py"), str(paths.model_dir), "--size", MODELS[engine][1]]),
     ]
     for name, command in steps:
-        log_path = log_dir / f"{name}-{engine}.log"
+        log_path = log_dir / f"{name}-{spec}.log"
         # Output goes to a file: a build prints thousands of lines, and only its tail explains a failure.
         with open(log_path, "wb") as log:
             try:
@@ -272,6 +275,7 @@ class EngineServer:
         health_timeout: float = HEALTH_TIMEOUT_S,
         stop_grace: float = STOP_GRACE_S,
         cpu_profile: str | None = None,
+        version: str | None = None,
     ) -> None:
         """Describes the server; nothing runs until ``start()``.
 
@@ -280,10 +284,11 @@ class EngineServer:
         `log_path` None writes to ``<engines dir>/logs/<engine>-<time>-<port>.log``.
         `model_dir` None serves the tiny model made by ``make_tiny_model.py``.
         `cpu_profile` names a :mod:`engine_plugins.launcher.cpu` profile (None: the selected one).
+        `version`: another supported release than the pinned one (its venv, see engine_paths).
         """
         self.engine = engine
         self.repo_root = Path(repo_root).resolve()
-        self.paths = engine_paths(engine)
+        self.paths = engine_paths(engine, version)
         self.port = port if port is not None else free_loopback_port()
         self.api_key = api_key
         self.env = dict(env or {})

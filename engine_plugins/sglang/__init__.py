@@ -1,4 +1,4 @@
-"""The SGLang plugin: the contract on SGLang 0.5.23's own HTTP server.
+"""The SGLang plugin: the contract on SGLang's own HTTP server (SGLang 0.5.20 to 0.5.23).
 
 - :mod:`.plugin`: the ``sglang.srt.plugins`` entry point that puts the parts together;
 - :mod:`.engine_names`: every SGLang name the plugin uses, imported lazily and checked at startup;

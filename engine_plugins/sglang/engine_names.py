@@ -8,6 +8,9 @@
   or sees) goes through it; its constructor checks the TokenizerManager's own attributes, when
   SGLang constructs it at startup.
 
+- The supported releases (SGLang 0.5.20 to 0.5.23): :data:`REQUIRED_NAMES`, checked by
+  :func:`probe` at startup and on each release's wheel by the static probe test; they need no shim.
+
 A check failure is a :class:`~engine_plugins.errors.StartupError` naming what is missing and the
 SGLang version. Tests build :class:`SGLangNames` from a fake SGLang without SGLang installed.
 What each name does in SGLang, with file and line, is in ``docs/engine-notes.md``.
@@ -20,10 +23,14 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, AsyncIterator, Callable, Optional
 
+from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, check, in_range
 from ..errors import StartupError
 from ..model_limits import ModelLimits
 
-SUPPORTED_VERSION = "0.5.23"
+# The SGLang releases the plugin supports (every 0.5.23.x included).
+LOWEST_VERSION, HIGHEST_VERSION = "0.5.20", "0.5.23"
+SUPPORTED_VERSION = f"{LOWEST_VERSION} to {HIGHEST_VERSION}"
+NOT_INSTALLED = "(not installed)"
 
 # Methods of the TokenizerManager class the plugin calls or hooks.
 TOKENIZER_MANAGER_METHODS = (
@@ -50,6 +57,59 @@ REQUEST_FIELDS = {
     "ContinueGenerationReqInput": (),
 }
 HTTP_SERVER_NAMES = ("app", "get_global_state", "launch_server")
+
+
+def _n(module: str, name: str, *params: str, on_self: bool = False) -> EngineName:
+    return EngineName("sglang.srt." + module, name, tuple(params), on_self)
+
+
+_TM = "managers.tokenizer_manager"
+# Every name in SGLang the plugin uses, checked at startup on the installed SGLang (with
+# check_names below, on the imported objects) and, by the static probe test, in each supported
+# release's wheel; engine_probe.check reads this one list both ways.
+REQUIRED_NAMES: tuple[EngineName, ...] = (
+    *(_n("entrypoints.http_server", name) for name in HTTP_SERVER_NAMES),
+    *(_n(_TM, f"TokenizerManager.{m}") for m in TOKENIZER_MANAGER_METHODS),
+    _n(_TM, "TokenizerManager.generate_request", "obj", "request"),
+    _n(_TM, "TokenizerManager.abort_request", "rid", "abort_all"),
+    _n(_TM, "TokenizerManager.update_weight_version", "obj"),
+    *(_n(_TM, f"TokenizerManager.{a}", on_self=True) for a in TOKENIZER_MANAGER_ATTRIBUTES),
+    *(_n(_TM, f"ReqState.{f}") for f in REQ_STATE_FIELDS),
+    *(_n("managers.io_struct", f"{cls}.{f}") for cls, fields in REQUEST_FIELDS.items() for f in fields),
+    _n("managers.io_struct", "ContinueGenerationReqInput"),
+    _n("managers.load_snapshot", "LoadSnapshot.to_dict"),
+    _n("plugins.hook_registry", "HookRegistry.register"),
+    _n("plugins.hook_registry", "HookRegistry.apply_hooks"),
+    _n("plugins.hook_registry", "HookType.AROUND"),
+    _n("plugins.hook_registry", "HookType.AFTER"),
+    _n("runtime_context", "get_exec"),
+    _n("runtime_context", "get_serving"),
+    _n("utils.auth", "AuthLevel.ADMIN_OPTIONAL"),
+)
+LEGACY_GET_LOAD = "legacy_get_load"
+# Differences between the supported releases that the startup log names. SGLang's own /get_load
+# (removed in 0.5.21) needs no shim: the plugin leaves it as SGLang serves it.
+NOTED_FEATURES: tuple[Feature, ...] = (
+    Feature(LEGACY_GET_LOAD, _n("entrypoints.http_server", "get_load"), "SGLang's own /get_load served as before"),
+)
+
+
+def probe(resolver: Any = None) -> ProbeReport:
+    """Every name in :data:`REQUIRED_NAMES` and every noted feature, in the installed SGLang by default."""
+    return check(resolver or ImportResolver(), REQUIRED_NAMES, NOTED_FEATURES)
+
+
+def notes(report: ProbeReport) -> list[str]:
+    """What the startup log says of the version differences a probe found."""
+    return [f.shim for f in NOTED_FEATURES if report.features.get(f.key)]
+
+
+def check_version(version: str) -> None:
+    """StartupError naming *version* and the supported range when it lies outside."""
+    if not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
+        raise StartupError(
+            f"engine_plugins: SGLang {version} is not supported; the plugin supports SGLang {SUPPORTED_VERSION}"
+        )
 
 
 @dataclass
@@ -79,6 +139,8 @@ class SGLangNames:
     loads_header: Callable[[], dict] = dict
     """The top-level fields of SGLang's own ``/v1/loads`` besides ``timestamp`` and ``version``
     (``accelerator``, ``num_accelerators``), made by SGLang's own helpers; ``{}`` when absent."""
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """How this version differs where the plugin looks (the startup log's line)."""
 
     @property
     def app(self) -> Any:
@@ -156,6 +218,12 @@ class SGLangNames:
 
 def load_names() -> SGLangNames:
     """Import the SGLang names the plugin uses from the installed SGLang and check them."""
+    installed = _installed_version()
+    if installed != NOT_INSTALLED:
+        check_version(installed)
+    report = probe()
+    if report.missing:
+        raise _missing(installed, report.missing)
     try:
         import sglang
         from sglang.srt.entrypoints import http_server
@@ -203,13 +271,16 @@ def load_names() -> SGLangNames:
         admin_optional=AuthLevel.ADMIN_OPTIONAL,
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
         loads_header=loads_header,
+        notes=notes(report),
     )
     check_names(names)
     return names
 
 
 def check_names(names: SGLangNames) -> None:
-    """Raise :class:`StartupError` naming the SGLang version and every name that is missing."""
+    """Raise :class:`StartupError` naming the SGLang version when it lies outside the supported
+    range, and every name that is missing."""
+    check_version(names.version)
     cls = names.TokenizerManager
     missing = [f"TokenizerManager.{name}" for name in TOKENIZER_MANAGER_METHODS if not hasattr(cls, name)]
     state_fields = _fields(names.ReqState)
@@ -365,4 +436,4 @@ def _installed_version() -> str:
 
         return version("sglang")
     except Exception:
-        return "(not installed)"
+        return NOT_INSTALLED

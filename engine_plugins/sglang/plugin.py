@@ -27,7 +27,7 @@ from ..errors import StartupError
 from ..exposure import RedactSecrets, unguarded_warning
 from ..http_api import build_routes
 from . import native_routes, routes
-from .engine_names import SGLangNames, load_names
+from .engine_names import SUPPORTED_VERSION, SGLangNames, load_names
 from .routes import MountReport, mount
 from .seam import SGLangSeam
 from .tracking import RegisteredHooks, register_hooks, tracker_for
@@ -122,7 +122,8 @@ def _log_startup(names: SGLangNames, stack: PluginStack, report: MountReport, ho
     through a handler of their own, at INFO."""
     hooked = ", ".join([*hooks.targets(), "http_server.launch_server"])
     lines = [
-        f"engine_plugins: SGLang {names.version}: contract mounted; settings {describe(stack.settings)}",
+        f"engine_plugins: SGLang {names.version}: contract mounted; settings {describe(stack.settings)}; "
+        f"shims: none (supported: SGLang {SUPPORTED_VERSION}){''.join('; ' + n for n in names.notes)}",
         *report.lines(),
         f"engine_plugins: hooks registered with SGLang's HookRegistry (applied once plugins have loaded): {hooked}",
     ]

@@ -9,6 +9,11 @@
 - The engine-core side: the utility method the general plugin gives vLLM's ``EngineCore``
   (:func:`install_request_counts`), and the launch flags the plugin reads.
 
+- The supported releases (vLLM 0.30 to 0.33): :data:`REQUIRED_NAMES` lists every name used,
+  checked by :func:`probe` (on the imported vLLM at startup, on each release's wheel by the static
+  probe test); :data:`FEATURES` and :data:`PAUSE_FEATURES` are the differences between releases,
+  each covered by a shim that the probe (never the version string) switches on.
+
 A check failure is a :class:`~engine_plugins.errors.StartupError` naming what is missing and the
 vLLM version. Tests build :class:`VllmNames` from a fake vLLM without vLLM installed. What each
 name does in vLLM, with file and line, is in ``docs/engine-notes.md``.
@@ -16,12 +21,14 @@ name does in vLLM, with file and line, is in ``docs/engine-notes.md``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Sequence
 
+from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, check, in_range
 from ..errors import StartupError
 from ..model_limits import ModelLimits
 from ..schema import SamplingParams as ContractSampling
@@ -31,10 +38,14 @@ from ..seam import Generation
 # Under "vllm." so that vLLM's own log handler (configured for the "vllm" logger) prints it.
 logger = logging.getLogger("vllm." + __name__)
 
-SUPPORTED_VERSION = "0.32"
+# The vLLM releases the plugin supports (every 0.33.x included); versions between differ in what
+# FEATURES lists, and the plugin switches on those probes, never on the version string.
+LOWEST_VERSION, HIGHEST_VERSION = "0.30", "0.33"
+SUPPORTED_VERSION = f"{LOWEST_VERSION} to {HIGHEST_VERSION}"
 # The EngineCore utility method the general plugin installs; the engine core looks utility
 # methods up by name.
 REQUEST_COUNTS_UTILITY = "engine_plugins_request_counts"
+NOT_INSTALLED = "(not installed)"
 
 # What the plugin uses on the engine client (an AsyncLLM), checked by VllmEngine.
 ENGINE_CLIENT_ATTRIBUTES = (
@@ -52,6 +63,7 @@ ENGINE_CLIENT_ATTRIBUTES = (
     "engine_core.abort_requests_async",
     "engine_core.call_utility_async",
 )
+
 # vLLM's finish reasons in the contract's terms; any other ("error") raises.
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort", "repetition": "stop"}
 # The keyword arguments the plugin gives SamplingParams.
@@ -59,6 +71,81 @@ SAMPLING_FIELDS = (
     "max_tokens", "temperature", "top_p", "top_k", "stop_token_ids", "ignore_eos", "seed", "logprobs",
     "detokenize", "output_kind",
 )
+
+
+def _n(module: str, name: str, *params: str, on_self: bool = False) -> EngineName:
+    return EngineName("vllm." + module, name, tuple(params), on_self)
+
+
+# Every name in vLLM the plugin uses, checked at startup on the installed vLLM and, by the static
+# probe test, in each supported release's wheel (engine_probe.check on both, so the two agree).
+# The attributes of the engine client's instances are checked on the instance too (above).
+REQUIRED_NAMES: tuple[EngineName, ...] = (
+    _n("exceptions", "VLLMClientError"),
+    _n("inputs", "TokensPrompt"),
+    _n("sampling_params", "RequestOutputKind.FINAL_ONLY"),
+    *(_n("sampling_params", f"SamplingParams.{f}") for f in SAMPLING_FIELDS),
+    _n("outputs", "CompletionOutput.token_ids"),
+    _n("outputs", "CompletionOutput.logprobs"),
+    _n("outputs", "CompletionOutput.finish_reason"),
+    _n("plugins.endpoint_plugins.interface", "EndpointPlugin.attach_router", "app"),
+    _n("plugins.endpoint_plugins.interface", "EndpointPlugin.init_state", "engine_client", "state", "args"),
+    _n("v1.engine.async_llm", "AsyncLLM.generate", "prompt", "sampling_params", "request_id"),
+    _n("v1.engine.async_llm", "AsyncLLM.pause_generation", "mode", "clear_cache"),
+    _n("v1.engine.async_llm", "AsyncLLM.resume_generation"),
+    _n("v1.engine.async_llm", "AsyncLLM.update_weight_version", "new_version"),
+    _n("v1.engine.async_llm", "AsyncLLM.get_weight_version"),
+    _n("v1.engine.async_llm", "AsyncLLM.errored"),
+    _n("v1.engine.async_llm", "AsyncLLM.model_config", on_self=True),
+    _n("v1.engine.async_llm", "AsyncLLM.renderer", on_self=True),
+    _n("v1.engine.async_llm", "AsyncLLM.output_processor", on_self=True),
+    _n("v1.engine.async_llm", "AsyncLLM.engine_core", on_self=True),
+    _n("renderers.base", "BaseRenderer.render_cmpl_async"),
+    _n("v1.engine.output_processor", "OutputProcessor.abort_requests", "request_ids", "internal"),
+    _n("v1.engine.output_processor", "OutputProcessor.process_outputs", "engine_core_outputs"),
+    _n("v1.engine.output_processor", "OutputProcessor.request_states", on_self=True),
+    _n("v1.engine", "EngineCoreOutput.request_id"),
+    _n("v1.engine", "EngineCoreOutput.new_token_ids"),
+    _n("v1.engine.core_client", "AsyncMPClient.add_request_async", "request"),
+    _n("v1.engine.core_client", "AsyncMPClient.abort_requests_async", "request_ids"),
+    _n("v1.engine.core_client", "AsyncMPClient.call_utility_async", "method"),
+    _n("v1.engine.core_client", "AsyncMPClient._call_utility_async", "method", "engine"),
+    _n("v1.engine.core_client", "MPClient.core_engines", on_self=True),
+    _n("v1.engine.core", "EngineCore.scheduler", on_self=True),
+    _n("v1.core.sched.scheduler", "Scheduler.get_request_counts"),
+)
+
+# What differs between the supported releases, each covered by a shim (docs/engine-notes.md).
+NATIVE_SPANS, UTILITY_ALL, REJECTS_WHILE_PAUSED = "native_spans", "utility_all", "rejects_while_paused"
+FEATURES: tuple[Feature, ...] = (
+    Feature(NATIVE_SPANS, _n("outputs", "CompletionOutput.weight_versions"),
+            "weight-version spans: counted by the plugin from the engine core's outputs"),
+    Feature(UTILITY_ALL, _n("v1.engine.core_client", "AsyncMPClient.call_utility_all_async", "method"),
+            "per-rank loads: one utility call per engine core (_call_utility_async)"),
+)
+# The other way round: present means the shim is on.
+PAUSE_FEATURES: tuple[Feature, ...] = (
+    Feature(REJECTS_WHILE_PAUSED, _n("v1.engine.core", "EngineCoreProc._reject_add_while_paused"),
+            "abort pause: a request the engine core rejects as paused ends cancelled, with its tokens"),
+)
+
+
+def probe(resolver: Any = None) -> ProbeReport:
+    """Every name in :data:`REQUIRED_NAMES` and every feature, in the installed vLLM by default."""
+    return check(resolver or ImportResolver(), REQUIRED_NAMES, FEATURES + PAUSE_FEATURES)
+
+
+def active_shims(report: ProbeReport) -> list[str]:
+    """The shims a probe report turns on, in words."""
+    return report.active_shims(FEATURES) + [f.shim for f in PAUSE_FEATURES if report.features.get(f.key)]
+
+
+def check_version(version: str) -> None:
+    """StartupError naming *version* and the supported range when it lies outside."""
+    if not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
+        raise StartupError(
+            f"engine_plugins: vLLM {version} is not supported; this plugin supports vLLM {SUPPORTED_VERSION}"
+        )
 
 
 @dataclass(frozen=True)
@@ -72,12 +159,29 @@ class VllmNames:
     """``RequestOutputKind.FINAL_ONLY``: one cumulative output at the end."""
     client_errors: tuple[type[BaseException], ...]
     """Errors that mean the request was bad (``VLLMClientError``, ``ValueError``)."""
+    native_spans: bool = True
+    """``CompletionOutput.weight_versions`` exists (0.32 on); else the plugin counts spans."""
+    utility_all: bool = True
+    """``call_utility_all_async`` exists (0.32 on); else one utility call per engine core."""
+    paused_errors: tuple[type[BaseException], ...] = ()
+    """What ``generate`` raises for a request the engine core rejects while paused (0.33 on:
+    ``RetryableRequestError``); empty where new requests queue during every pause."""
+
+    def shims(self) -> list[str]:
+        """The shims in force for this vLLM, in words (for the startup log)."""
+        report = ProbeReport(features={NATIVE_SPANS: self.native_spans, UTILITY_ALL: self.utility_all,
+                                       REJECTS_WHILE_PAUSED: bool(self.paused_errors)})
+        return active_shims(report)
 
 
 def load_names() -> VllmNames:
     """Import what the plugin needs from the installed vLLM and check it; a clear StartupError if it cannot."""
+    version = _installed_version()
+    if version != NOT_INSTALLED:
+        check_version(version)
     try:
         import vllm
+        from vllm import exceptions as vllm_exceptions
         from vllm.exceptions import VLLMClientError
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind, SamplingParams
@@ -86,28 +190,33 @@ def load_names() -> VllmNames:
             f"engine_plugins: vLLM {_installed_version()} lacks what the plugin imports ({exc}); "
             f"this plugin supports vLLM {SUPPORTED_VERSION}"
         ) from exc
+    version = getattr(vllm, "__version__", version)
+    report = probe()
+    if report.missing:
+        raise _missing(version, report.missing)
+    rejects = report.features[REJECTS_WHILE_PAUSED]
     names = VllmNames(
-        version=getattr(vllm, "__version__", "unknown"),
+        version=version,
         TokensPrompt=TokensPrompt,
         SamplingParams=SamplingParams,
         final_only=RequestOutputKind.FINAL_ONLY,
         client_errors=(VLLMClientError, ValueError),
+        native_spans=report.features[NATIVE_SPANS],
+        utility_all=report.features[UTILITY_ALL],
+        paused_errors=(vllm_exceptions.RetryableRequestError,) if rejects else (),
     )
     check_names(names)
     return names
 
 
 def check_names(names: VllmNames) -> None:
-    """Raise StartupError naming the vLLM version if a name the plugin imports lacks a part it uses."""
+    """Raise StartupError naming the vLLM version if it lies outside the supported range or a
+    name the plugin imports lacks a part it uses."""
+    check_version(names.version)
     fields = _fields(names.SamplingParams)
     missing = [f"SamplingParams.{f}" for f in SAMPLING_FIELDS if f not in fields]
     if missing:
         raise _missing(names.version, missing)
-    if not names.version.startswith(SUPPORTED_VERSION):
-        logger.warning(
-            "engine_plugins: vLLM %s is not the version this plugin was written for (%s); "
-            "every internal it uses is present", names.version, SUPPORTED_VERSION,
-        )
 
 
 class VllmEngine:
@@ -126,6 +235,11 @@ class VllmEngine:
             )
         self.names = names
         self.llm = llm
+        # The spans shim (vLLM without CompletionOutput.weight_versions): per external request
+        # id, the (version, first token) starts, and the tokens seen so far.
+        self._span_starts: dict[str, list[tuple[str, int]]] = {}
+        self._span_tokens: dict[str, int] = {}
+        self._version = "default"
 
     def errored(self) -> bool:
         """Whether the engine core has died."""
@@ -164,8 +278,7 @@ class VllmEngine:
         """``AsyncLLM.generate`` (the tracked one, once :meth:`wrap_entry_points` has run)."""
         return self.llm.generate(engine_input, sampling_params, request_id=request_id)
 
-    @staticmethod
-    def read_output(output: Any) -> Generation:
+    def read_output(self, output: Any) -> Generation:
         """A vLLM ``RequestOutput`` as the contract's cumulative snapshot."""
         completion = output.outputs[0]
         tokens = list(completion.token_ids)
@@ -175,13 +288,46 @@ class VllmEngine:
         finish = completion.finish_reason
         if finish is not None and finish not in _FINISH:
             raise RuntimeError(f"vLLM finished the request with {finish!r}")
-        spans = [WeightVersionSpan(version=s.version, start=s.start, end=s.end) for s in (completion.weight_versions or [])]
+        if self.names.native_spans:
+            spans = [WeightVersionSpan(version=s.version, start=s.start, end=s.end) for s in (completion.weight_versions or [])]
+        else:
+            spans = self._counted_spans(output.request_id, len(tokens)) if finish is not None else []
         return Generation(
             output_ids=tokens,
             output_logprobs=values,
             finish_reason=_FINISH.get(finish) if finish else None,
             weight_versions=spans,
         )
+
+    def _counted_spans(self, request_id: str, n: int) -> list[WeightVersionSpan]:
+        """The spans the shim counted for *request_id*, cut to the *n* tokens of its output."""
+        starts = self._span_starts.get(request_id, [])
+        ends = [start for _, start in starts[1:]] + [n]
+        return [WeightVersionSpan(version=v, start=min(s, n), end=min(e, n)) for (v, s), e in zip(starts, ends) if min(e, n) > min(s, n)]
+
+    def _count_tokens(self, engine_core_outputs: Any) -> None:
+        """The spans shim: label each engine-core output's new tokens with the version in force.
+
+        The version is the one last set through this engine client; a token decoded in the step
+        the engine core switched versions may carry the other label (the engine core stamps no
+        version on its outputs before vLLM 0.32).
+        """
+        states = self.llm.output_processor.request_states
+        for out in engine_core_outputs or ():
+            state = states.get(out.request_id)
+            if state is None or not out.new_token_ids:
+                continue
+            key = getattr(state, "external_req_id", None) or out.request_id
+            starts = self._span_starts.setdefault(key, [])
+            count = self._span_tokens.get(key, 0)
+            if not starts or starts[-1][0] != self._version:
+                starts.append((self._version, count))
+            self._span_tokens[key] = count + len(out.new_token_ids)
+
+    def forget_request(self, request_id: str) -> None:
+        """Drop what the spans shim counted for *request_id* (its generator has ended)."""
+        self._span_starts.pop(request_id, None)
+        self._span_tokens.pop(request_id, None)
 
     @staticmethod
     def internal_request_id(request: Any) -> str:
@@ -203,9 +349,14 @@ class VllmEngine:
         """``(running, waiting)`` per engine core (data-parallel rank), read from each scheduler
         through the utility the general plugin installs (:func:`install_request_counts`)."""
         core = self.llm.engine_core
-        if hasattr(core, "call_utility_all_async"):
+        if self.names.utility_all:
             answers = await core.call_utility_all_async(REQUEST_COUNTS_UTILITY)
-        else:
+        elif hasattr(core, "core_engines"):
+            # Before vLLM 0.32: what call_utility_all_async does, one call per engine core.
+            answers = await asyncio.gather(
+                *(core._call_utility_async(REQUEST_COUNTS_UTILITY, engine=engine) for engine in core.core_engines)
+            )
+        else:  # an in-process engine core (one rank)
             answers = [await core.call_utility_async(REQUEST_COUNTS_UTILITY)]
         return [(int(running), int(waiting)) for running, waiting in answers]
 
@@ -226,7 +377,9 @@ class VllmEngine:
 
     async def get_weight_version(self) -> str:
         """The version the engine core stamps on new tokens."""
-        return await self.llm.get_weight_version()
+        version = await self.llm.get_weight_version()
+        self._version = version
+        return version
 
     # --- the entry points the tracker wraps ------------------------------------------------------
 
@@ -245,6 +398,8 @@ class VllmEngine:
         llm = self.llm
         core = llm.engine_core
         original_generate, original_add, original_update = llm.generate, core.add_request_async, llm.update_weight_version
+        processor = llm.output_processor
+        original_process = processor.process_outputs
 
         def tracked_generate(*args: Any, **kwargs: Any) -> Any:
             return generate(original_generate, *args, **kwargs)
@@ -254,16 +409,25 @@ class VllmEngine:
 
         async def tracked_update(new_version: str) -> None:
             await original_update(new_version)
+            self._version = new_version
             version_set(new_version)
+
+        def counted_process(engine_core_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            self._count_tokens(engine_core_outputs)
+            return original_process(engine_core_outputs, *args, **kwargs)
 
         llm.generate = tracked_generate
         llm.update_weight_version = tracked_update
         core.add_request_async = tracked_add
+        if not self.names.native_spans:
+            processor.process_outputs = counted_process
 
         def restore() -> None:
             del llm.generate
             del llm.update_weight_version
             del core.add_request_async
+            if not self.names.native_spans:
+                del processor.process_outputs
 
         return restore
 
@@ -340,4 +504,4 @@ def _installed_version() -> str:
             return version(dist)
         except PackageNotFoundError:
             continue
-    return "(not installed)"
+    return NOT_INSTALLED

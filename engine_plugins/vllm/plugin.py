@@ -102,8 +102,10 @@ class VllmEndpointPlugin:
         tracker = Tracker(vllm, await vllm.get_weight_version())
         tracker.install()
         self._control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
+        shims = names.shims()
         logger.info(
-            "engine_plugins: serving the RL control contract on vLLM %s (%s)", names.version, describe(self._stack.settings)
+            "engine_plugins: serving the RL control contract on vLLM %s (%s); shims: %s",
+            names.version, describe(self._stack.settings), "; ".join(shims) if shims else "none",
         )
 
 

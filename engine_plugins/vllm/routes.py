@@ -1,17 +1,21 @@
 """Mount the contract's routes on vLLM's API server, in place of vLLM's routes with the same path
 and method (its dev-mode RL routes share five of them).
 
-vLLM itself moves an endpoint plugin's routes in front of the earlier routes they replace, after
-``attach_router``; here the plugin only includes its router, drops the routes whose vLLM
+From vLLM 0.32 on, vLLM itself moves an endpoint plugin's routes in front of the earlier routes
+they replace, after ``attach_router``; before 0.32 it only appends them, so vLLM's own dev-mode
+routes would win. So the plugin takes the replaced methods off vLLM's routes itself, on every
+version (vLLM 0.32's own pass then finds nothing to replace), drops the routes whose vLLM
 counterparts are to be kept, and reports what happened.
 """
 
 from __future__ import annotations
 
+from copy import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.routing import APIRoute
 
 
 @dataclass
@@ -53,5 +57,24 @@ def mount(app: Any, router: APIRouter, replace_native: bool = True) -> MountRepo
                 report.kept_native.append((method, route.path))
                 kept.append(route)
     router.routes = [r for r in router.routes if r not in kept]
+    _remove_native(app, set(report.replaced))
     app.include_router(router)
     return report
+
+
+def _remove_native(app: Any, replaced: set[tuple[str, str]]) -> None:
+    """Take the *replaced* ``(METHOD, path)`` pairs off vLLM's own routes, keeping their other
+    methods (vLLM 0.32's rule, plugins/endpoint_plugins/interface.py:97-146)."""
+    if not replaced:
+        return
+    routes = []
+    for route in app.router.routes:
+        if isinstance(route, APIRoute):
+            gone = {m for m in route.methods if (m, route.path) in replaced}
+            if gone:
+                if gone == set(route.methods):
+                    continue
+                route = copy(route)
+                route.methods = set(route.methods) - gone
+        routes.append(route)
+    app.router.routes[:] = routes

@@ -62,6 +62,11 @@ class VllmSeam:
             try:
                 async for output in outputs:
                     yield self.vllm.read_output(output)
+            except self.vllm.names.paused_errors:
+                # vLLM 0.33 on: the engine core rejected the request as paused (abort pause).
+                # The stream ends without a finish reason, so the control reports it cancelled
+                # with the tokens it had.
+                return
             except client_errors as exc:
                 raise ContractError(400, f"vLLM refused the request: {exc}") from None
 

@@ -82,6 +82,8 @@ class Tracker:
             # Closing the inner generator early makes vLLM abort the request.
             await outputs.aclose()
             self._claimed.discard(entry.rid)
+            if not any(key.split("#dup")[0] == request_id for key in self._claimed):
+                self.vllm.forget_request(request_id)
             self._internal.pop(entry, None)
             self.registry.release(entry.rid)
 

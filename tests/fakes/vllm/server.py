@@ -41,10 +41,15 @@ GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
 logger = logging.getLogger(__name__)
 
 
-def fake_names() -> VllmNames:
-    """The fake's stand-ins for the vLLM names the plugin imports, checked as vLLM's are."""
+def fake_names(pause_rejects_new: bool = False, like_031: bool = False) -> VllmNames:
+    """The fake's stand-ins for the vLLM names the plugin imports, checked as vLLM's are; with
+    *pause_rejects_new*, those of vLLM 0.33 (its paused engine core's rejection); with
+    *like_031*, those of vLLM 0.31 (no spans, no call_utility_all_async)."""
     names = VllmNames(
-        version="0.32.0+fake",
+        version="0.33.0+fake" if pause_rejects_new else "0.31.0+fake" if like_031 else "0.32.0+fake",
+        native_spans=not like_031,
+        utility_all=not like_031,
+        paused_errors=(fake.RetryableRequestError,) if pause_rejects_new else (),
         TokensPrompt=fake.TokensPrompt,
         SamplingParams=fake.SamplingParams,
         final_only=fake.RequestOutputKind.FINAL_ONLY,
@@ -57,8 +62,9 @@ def fake_names() -> VllmNames:
 def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: bool = False, plugin: bool = True) -> FastAPI:
     """The fake vLLM server app: native routes, the plugin (unless *plugin* is false), the
     middleware; the engine starts with the app."""
-    llm = llm or fake.AsyncLLM(step_s=args.step_s)
-    endpoint_plugin = VllmEndpointPlugin(load_names=fake_names) if plugin else None
+    rejects, like_031 = getattr(args, "pause_rejects_new", False), getattr(args, "like_031", False)
+    llm = llm or fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031)
+    endpoint_plugin = VllmEndpointPlugin(load_names=lambda: fake_names(rejects, like_031)) if plugin else None
     if plugin:
         # What the general plugin does in the engine-core process (plugin.general_plugin).
         engine_names.install_request_counts(fake.EngineCore)
@@ -124,8 +130,13 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
         base = request.headers.get("X-Request-Id") or body.get("request_id") or uuid.uuid4().hex
         request_id = f"cmpl-{base}-0"
         final = None
-        async for final in llm.generate(prompt, params, request_id):
-            pass
+        try:
+            async for final in llm.generate(prompt, params, request_id):
+                pass
+        except fake.RetryableRequestError as err:
+            # vLLM 0.33 during an abort pause (serve/exception_handling/error_response.py:59-66).
+            return JSONResponse({"error": {"message": str(err), "type": "ServiceUnavailableError", "param": None,
+                                           "code": 503}}, status_code=503)
         choice = final.outputs[0]
         return JSONResponse(
             {"id": request_id, "choices": [{"index": 0, "text": choice.text, "finish_reason": choice.finish_reason}],
@@ -248,6 +259,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--api-server-count", type=int, default=None)
     parser.add_argument("--step-s", type=float, default=0.003, help="seconds per decode step of the fake engine core")
     parser.add_argument("--dev-mode", action="store_true", help="mount vLLM's dev-mode RL routes (VLLM_SERVER_DEV_MODE=1)")
+    parser.add_argument("--pause-rejects-new", action="store_true",
+                        help="vLLM 0.33's pause: abort mode rejects new requests (503 engine_paused) until resume")
+    parser.add_argument("--like-0.31", dest="like_031", action="store_true",
+                        help="vLLM 0.30/0.31: no weight-version spans from the engine, no call_utility_all_async")
     parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="vLLM without engine-plugins")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,233 @@
+"""Checks that an engine has the names a plugin uses, in two ways that share one list.
+
+Each engine's names module lists what it uses as :class:`EngineName` entries (a module, a dotted
+name inside it, the parameters a function must take) and what tells its shims apart as
+:class:`Feature` entries. :func:`check` reads them through a resolver:
+
+- :class:`ImportResolver`: the installed engine, imported (the plugin at startup);
+- :class:`SourceResolver`: an engine's source tree, parsed, nothing imported (the static probe
+  of a wheel, for versions that cannot run here).
+
+So the static probe and the running plugin agree by construction. This module imports no engine.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class EngineName:
+    """One name a plugin uses: ``module`` (dotted), ``name`` inside it (``Class.method``, a field,
+    a function) and the parameters it must accept. ``on_self``: an attribute that the class's
+    own code sets on ``self`` (an instance attribute), which only an instance shows at run time."""
+
+    module: str
+    name: str
+    params: tuple[str, ...] = ()
+    on_self: bool = False
+
+    def __str__(self) -> str:
+        sig = f"({', '.join(self.params)})" if self.params else ""
+        return f"{self.module}.{self.name}{sig}"
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A difference between engine versions that a shim covers: *present* when the engine has
+    ``probe``; the shim ``shim`` is active when it has not."""
+
+    key: str
+    probe: EngineName
+    shim: str
+    """What the plugin does instead, in words (the startup log's line)."""
+
+
+@dataclass
+class ProbeReport:
+    """What :func:`check` found: the names missing and which features the engine has."""
+
+    missing: list[str] = field(default_factory=list)
+    features: dict[str, bool] = field(default_factory=dict)
+
+    def active_shims(self, features: Sequence[Feature]) -> list[str]:
+        """The shims in force: one per feature the engine lacks."""
+        return [f.shim for f in features if not self.features.get(f.key, False)]
+
+
+class Resolver(Protocol):
+    """Finds a name in an engine; None when the module or the name is not there."""
+
+    def params(self, name: EngineName) -> Optional[list[str]]:
+        """The parameter names of *name* if it is a function, ``[]`` for any other object, None if absent."""
+
+
+class ImportResolver:
+    """Resolves names in the installed engine by importing its modules."""
+
+    def params(self, name: EngineName) -> Optional[list[str]]:
+        """See :class:`Resolver`."""
+        try:
+            obj: Any = importlib.import_module(name.module)
+        except ImportError:
+            return None
+        parts = name.name.split(".")
+        if name.on_self:
+            # Instance attributes are checked on the instance; here only the class must exist.
+            parts = parts[:-1]
+        for part in parts:
+            if part in getattr(obj, "__struct_fields__", ()) or part in getattr(obj, "__dataclass_fields__", {}):
+                return []  # a struct or dataclass field without a class-level default
+            if not hasattr(obj, part):
+                return None
+            obj = getattr(obj, part)
+        if not callable(obj) or isinstance(obj, type):
+            return []
+        try:
+            return list(inspect.signature(obj).parameters)
+        except (TypeError, ValueError):
+            return []
+
+
+class SourceResolver:
+    """Resolves names in an engine's source tree (an unpacked wheel) by parsing, never importing."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._trees: dict[str, Optional[ast.Module]] = {}
+
+    def _tree(self, module: str) -> Optional[ast.Module]:
+        if module not in self._trees:
+            base = self.root / module.replace(".", "/")
+            path = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+            self._trees[module] = ast.parse(path.read_text()) if path.exists() else None
+        return self._trees[module]
+
+    def params(self, name: EngineName) -> Optional[list[str]]:
+        """See :class:`Resolver`."""
+        tree = self._tree(name.module)
+        if tree is None:
+            return None
+        scope: list[ast.stmt] = tree.body
+        parts = name.name.split(".")
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if last and name.on_self:
+                return [] if _assigns_on_self(scope, part) else None
+            node = _find(tree, scope, part)
+            if node is None:
+                return None
+            if isinstance(node, ast.ClassDef):
+                scope = self._class_body(name.module, tree, node)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if not last:
+                    return None
+                args = node.args
+                return [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)] + (
+                    [args.vararg.arg] if args.vararg else []) + ([args.kwarg.arg] if args.kwarg else [])
+            elif not last:
+                return None
+        return []
+
+
+    def _class_body(self, module: str, tree: ast.Module, cls: ast.ClassDef, depth: int = 0) -> list[ast.stmt]:
+        """A class's body followed by its bases' (inherited names), in this module or imported
+        into it with ``from ... import``."""
+        body = list(cls.body)
+        for base in cls.bases:
+            if not isinstance(base, ast.Name) or depth > 8:
+                continue
+            found = _find(tree, tree.body, base.id)
+            if isinstance(found, ast.ClassDef) and found is not cls:
+                body += self._class_body(module, tree, found, depth + 1)
+            elif isinstance(found, ast.ImportFrom):
+                source = _absolute(module, found)
+                other = self._tree(source)
+                parent = _find(other, other.body, base.id) if other is not None else None
+                if isinstance(parent, ast.ClassDef):
+                    body += self._class_body(source, other, parent, depth + 1)
+        return body
+
+
+def _absolute(module: str, node: ast.ImportFrom) -> str:
+    """The module an ``ImportFrom`` in *module* names, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    package = module.split(".")[: -node.level]
+    return ".".join(package + ([node.module] if node.module else []))
+
+
+def _find(tree: ast.Module, scope: list[ast.stmt], name: str) -> Optional[ast.AST]:
+    """The definition of *name* in *scope*: a class, a function, an assignment or an import."""
+    for node in scope:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return node
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return node
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+            return node
+    return None
+
+
+
+
+def _assigns_on_self(scope: list[ast.stmt], attr: str) -> bool:
+    """Whether some method in *scope* assigns ``self.<attr>``."""
+    for node in scope:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for sub in ast.walk(node):
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target] if isinstance(sub, ast.AnnAssign) else []
+                for t in targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name) and n.value.id == "self":
+                            return True
+    return False
+
+
+def check(resolver: Resolver, required: Sequence[EngineName], features: Sequence[Feature]) -> ProbeReport:
+    """Every required name (missing ones listed, with the parameters a function lacks) and every feature."""
+    report = ProbeReport()
+    for name in required:
+        params = resolver.params(name)
+        if params is None:
+            report.missing.append(str(name))
+        elif name.params and not set(name.params) <= set(params) and not _takes_any_keyword(params):
+            lacking = [p for p in name.params if p not in params]
+            report.missing.append(f"{name} (no parameter {', '.join(lacking)})")
+    for feature in features:
+        params = resolver.params(feature.probe)
+        report.features[feature.key] = params is not None and set(feature.probe.params) <= set(params)
+    return report
+
+
+def _takes_any_keyword(params: list[str]) -> bool:
+    # A signature of (*args, **kwargs) (a wrapper) hides the real parameters: accept it.
+    return "kwargs" in params and "args" in params
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"0.31.0+cpu"`` -> ``(0, 31, 0)``; the numeric release part only."""
+    out = []
+    for part in version.split("+")[0].split("."):
+        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        out.append(int(digits))
+        if not part.isdigit():
+            break
+    return tuple(out)
+
+
+def in_range(version: str, lowest: str, highest: str) -> bool:
+    """Whether *version*'s release lies in ``[lowest, highest]``, compared on the parts *highest*
+    names (so ``highest="0.33"`` admits every 0.33.x)."""
+    v = version_tuple(version)
+    low, high = version_tuple(lowest), version_tuple(highest)
+    return bool(v) and v[: len(low)] >= low and v[: len(high)] <= high

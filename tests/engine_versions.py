@@ -1,0 +1,70 @@
+"""The supported engine releases (requirements/engine-versions.txt) and where their wheels are
+unpacked (scripts/setup-engines.sh wheels), for the static probe and the per-version targets."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Release:
+    """One supported release: engine, version, its wheel (``dist==version``), how it is tested."""
+
+    engine: str
+    version: str
+    wheel: str
+    tested: str
+    """``pinned`` (full suite, real), ``real`` (smoke subset, real) or ``probe`` (static only)."""
+
+    def __str__(self) -> str:
+        return f"{self.engine}@{self.version}"
+
+
+def _read() -> list[Release]:
+    lines = (REPO / "requirements" / "engine-versions.txt").read_text().splitlines()
+    return [Release(*line.split()[:4]) for line in lines if line.strip() and not line.startswith("#")]
+
+
+SUPPORTED: list[Release] = _read()
+
+
+def wheels_dir() -> Path:
+    """Where setup-engines.sh keeps the wheels (same rule as the script)."""
+    override = os.environ.get("ENGINE_PLUGINS_WHEELS_DIR")
+    if override:
+        return Path(override)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "engine-plugins" / "wheels"
+
+
+def wheel_source(release: Release) -> Path:
+    """The unpacked .py files of *release*'s wheel."""
+    dist = release.wheel.split("==")[0].replace("-", "_")
+    return wheels_dir() / "src" / f"{dist}-{release.version}"
+
+
+# The contract tests every non-pinned release runs on its real server (its target
+# ``engine@version``): the fence, loads, a bump that keeps work (spans), a partial generation
+# aborted mid-way, pause in keep and abort mode.
+SMOKE = frozenset({
+    "contract/test_abort.py::test_abort_all_covers_every_request_and_salvages_partial_tokens",
+    "contract/test_abort.py::test_abort_by_id_is_exact_not_by_prefix",
+    "contract/test_loads.py::test_loads_count_every_request_in_flight",
+    "contract/test_weight_version.py::test_bump_keeps_in_flight_requests_and_attributes_later_tokens",
+    "contract/test_partial_generate.py::test_generates_to_length_with_one_logprob_per_token",
+    "contract/test_pause.py::test_pause_abort_returns_in_flight_work_and_refuses_new_work_until_resume",
+    "contract/test_pause.py::test_pause_keep_holds_requests_and_continues_them_after_resume",
+    "test_engine_versions.py::test_the_startup_log_names_the_version_and_its_shims",
+})
+VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
+# The targets that run only SMOKE: those, and the fake that follows vLLM 0.31 (its shims, fast).
+SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub"}
+
+
+def in_smoke(nodeid: str) -> bool:
+    """Whether the test with *nodeid* (``tests/...::name``, no parameters) is in :data:`SMOKE`."""
+    return nodeid.split("tests/", 1)[-1].split("[", 1)[0] in SMOKE

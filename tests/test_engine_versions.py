@@ -1,0 +1,99 @@
+"""The static probe: every supported engine release, read from its wheel (nothing imported), has
+every name the plugin uses, and the probe finds the differences the shims cover.
+
+The wheels come from ``scripts/setup-engines.sh wheels`` (pip download --no-deps, once per user).
+The check is the names modules' own (``engine_names.probe``), so what this test reads in a wheel
+is what the plugin checks on the installed engine at startup.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from engine_plugins.engine_probe import EngineName, SourceResolver, check
+from engine_plugins.errors import StartupError
+from engine_plugins.sglang import engine_names as sglang_names
+from engine_plugins.vllm import engine_names as vllm_names
+from engine_versions import REPO, SUPPORTED, wheel_source
+
+NAMES = {"vllm": vllm_names, "sglang": sglang_names}
+# What each release has, read from its source (docs/engine-notes.md, "Engine versions").
+EXPECTED_FEATURES = {
+    ("vllm", "0.30.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False},
+    ("vllm", "0.31.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False},
+    ("vllm", "0.32.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": False},
+    ("vllm", "0.33.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": True},
+    ("sglang", "0.5.20"): {"legacy_get_load": True},
+    ("sglang", "0.5.21"): {"legacy_get_load": False},
+    ("sglang", "0.5.22"): {"legacy_get_load": False},
+    ("sglang", "0.5.23"): {"legacy_get_load": False},
+}
+
+
+@pytest.fixture(scope="session")
+def wheels() -> None:
+    """Every supported release's wheel, downloaded and unpacked (idempotent)."""
+    if all((wheel_source(v) / ".unpacked").exists() for v in SUPPORTED):
+        return  # the script would only wait for its lock to say so
+    subprocess.run(["bash", str(REPO / "scripts" / "setup-engines.sh"), "wheels"], check=True,
+                   stdin=subprocess.DEVNULL, capture_output=True)
+
+
+def test_every_supported_release_has_its_expected_features_listed():
+    assert sorted(EXPECTED_FEATURES) == sorted((v.engine, v.version) for v in SUPPORTED)
+
+
+@pytest.mark.parametrize("release", SUPPORTED, ids=str)
+def test_a_supported_release_has_every_name_the_plugin_uses(wheels, release):
+    names = NAMES[release.engine]
+    names.check_version(release.version)
+    report = names.probe(SourceResolver(wheel_source(release)))
+    assert report.missing == []
+    assert report.features == EXPECTED_FEATURES[(release.engine, release.version)]
+
+
+def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
+    release = next(v for v in SUPPORTED if (v.engine, v.version) == ("vllm", "0.31.0"))
+    required = (
+        EngineName("vllm.v1.engine.async_llm", "AsyncLLM.pause_generation", ("mode", "wait_for_everything")),
+        EngineName("vllm.outputs", "CompletionOutput.weight_versions"),
+        EngineName("vllm.v1.engine.async_llm", "AsyncLLM.no_such_attribute", on_self=True),
+        EngineName("vllm.no_such_module", "Anything"),
+    )
+    report = check(SourceResolver(wheel_source(release)), required, ())
+    assert report.missing == [
+        "vllm.v1.engine.async_llm.AsyncLLM.pause_generation(mode, wait_for_everything) (no parameter wait_for_everything)",
+        "vllm.outputs.CompletionOutput.weight_versions",
+        "vllm.v1.engine.async_llm.AsyncLLM.no_such_attribute",
+        "vllm.no_such_module.Anything",
+    ]
+
+
+@pytest.mark.parametrize("engine, version", [("vllm", "0.29.0"), ("vllm", "0.34.0"), ("sglang", "0.5.19"), ("sglang", "0.6.0")])
+def test_a_release_outside_the_range_is_refused_by_name(engine, version):
+    with pytest.raises(StartupError) as info:
+        NAMES[engine].check_version(version)
+    assert f"{version} is not supported" in str(info.value) and NAMES[engine].SUPPORTED_VERSION in str(info.value)
+
+
+LOG_TARGETS = {"vllm@0.30.0": ("vllm", "0.30.0"), "vllm@0.31.0": ("vllm", "0.31.0"), "vllm-0.31-stub": ("vllm", "0.31.0"),
+               "vllm-0.33-stub": ("vllm", "0.33.0"), "sglang@0.5.20": ("sglang", "0.5.20"),
+               "sglang@0.5.21": ("sglang", "0.5.21"), "sglang@0.5.22": ("sglang", "0.5.22")}
+
+
+@pytest.mark.targets(*LOG_TARGETS)
+def test_the_startup_log_names_the_version_and_its_shims(target):
+    engine, version = LOG_TARGETS[target.name]
+    features = EXPECTED_FEATURES[(engine, version)]
+    log = target.log_tail()
+    if engine == "vllm":
+        from engine_plugins.engine_probe import ProbeReport
+
+        shims = vllm_names.active_shims(ProbeReport(features=features))
+        assert f"serving the RL control contract on vLLM {version}" in log
+        assert f"shims: {'; '.join(shims)}" in log
+    else:
+        assert f"SGLang {version}: contract mounted" in log and "shims: none (supported: SGLang 0.5.20 to 0.5.23)" in log
+        assert ("SGLang's own /get_load served as before" in log) == features["legacy_get_load"]
