@@ -19,6 +19,7 @@ What each name does in SGLang, with file and line, is in ``docs/engine-notes.md`
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, AsyncIterator, Callable, Optional
@@ -248,9 +249,17 @@ def load_names() -> SGLangNames:
     try:
         from sglang.srt.entrypoints import v1_loads
 
+        # Before 0.5.21 the helper takes the parallel sizes as arguments (docs/engine-notes.md).
+        takes_sizes = bool(inspect.signature(v1_loads._num_accelerators_per_dp_rank).parameters)
+
         def loads_header() -> dict:
             # As SGLang's own /v1/loads computes them (accelerator is None without one).
-            return {"accelerator": v1_loads._accelerator_name(), "num_accelerators": v1_loads._num_accelerators_per_dp_rank()}
+            if takes_sizes:
+                p = v1_loads.get_parallel()
+                accelerators = v1_loads._num_accelerators_per_dp_rank(p.tp_size, p.pp_size, p.dp_size, p.enable_dp_attention)
+            else:
+                accelerators = v1_loads._num_accelerators_per_dp_rank()
+            return {"accelerator": v1_loads._accelerator_name(), "num_accelerators": accelerators}
     except ImportError:
         loads_header = dict
 
