@@ -8,9 +8,10 @@ SGLang with and without the plugin, side by side in one run:
   ``/continue_generation {}``, not timed).
 
 Each round starts N long native ``/generate`` requests, waits until they all run (SGLang's own
-``/v1/loads``), then times the call. Run it holding the real-engine lock:
+``/v1/loads``), then times the call. Run it with no other engine on the machine (it starts its
+own, and timings are side by side only within one run):
 
-    flock /tmp/engine-plugins-real.lock nice -n 5 .venv/bin/python benchmarks/native_control_timing.py --rounds 5
+    nice -n 5 .venv/bin/python benchmarks/native_control_timing.py --rounds 5
 
 It prints one line per server and call: the median and the spread of the rounds, and for the
 loop how many abort rounds it took.
