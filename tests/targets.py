@@ -92,6 +92,17 @@ def server_env(env: Optional[dict] = None) -> dict:
     return out
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    """Terminate *proc* if it still runs, and kill it if it has not exited 10 s later."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @contextlib.contextmanager
 def module_server(tmp_dir: Path, module: str, *args: str, env: Optional[dict] = None, startup_s: float = 30) -> Iterator[ServerProcess]:
     """``python -m module --port P *args`` in its own process on loopback, in
@@ -106,13 +117,7 @@ def module_server(tmp_dir: Path, module: str, *args: str, env: Optional[dict] = 
         wait_healthy(server.url, proc, startup_s, log)
         yield server
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 
 import httpx
 
-from targets import REPO, free_port
+from targets import REPO, free_port, stop_process
 
 # smg polls each worker's /v1/loads every this many seconds (its default is 10).
 LOAD_MONITOR_INTERVAL_S = 1
@@ -71,13 +71,7 @@ def smg_gateway(tmp_dir: Path, worker_urls: Sequence[str], api_key: str) -> Iter
         _wait_ready(gateway)
         yield gateway
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
 
 
 def _wait_ready(gateway: SmgGateway) -> None:

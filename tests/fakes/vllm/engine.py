@@ -264,6 +264,15 @@ class OutputProcessor:
                     req_state.queue.put(output)
         return aborted
 
+    def _forget(self, request_id: str, state: Any) -> None:
+        """Drop a finished or rejected request's state and its external-id mapping."""
+        self.request_states.pop(request_id, None)
+        ids = self.external_req_ids.get(state.external_req_id)
+        if ids and request_id in ids:
+            ids.remove(request_id)
+            if not ids:
+                del self.external_req_ids[state.external_req_id]
+
     def process_outputs(self, outputs: list[EngineCoreOutput], weight_version: Optional[str]) -> None:
         """output_processor.py:681-800: outputs for unknown (already aborted) ids are ignored."""
         for out in outputs:
@@ -273,12 +282,7 @@ class OutputProcessor:
             if out.error is not None:
                 # 0.33, output_processor.py:764-771: rejected on arrival, nothing was run.
                 state.queue.put(RetryableRequestError(out.error))
-                self.request_states.pop(out.request_id, None)
-                ids = self.external_req_ids.get(state.external_req_id)
-                if ids and out.request_id in ids:
-                    ids.remove(out.request_id)
-                    if not ids:
-                        del self.external_req_ids[state.external_req_id]
+                self._forget(out.request_id, state)
                 continue
             if out.new_token_ids and weight_version is not None:
                 state.track_weight_version(weight_version)
@@ -288,12 +292,7 @@ class OutputProcessor:
             if output := state.make_request_output(out.new_token_ids, out.finish_reason):
                 state.queue.put(output)
             if out.finish_reason is not None:
-                self.request_states.pop(out.request_id, None)
-                ids = self.external_req_ids.get(state.external_req_id)
-                if ids and out.request_id in ids:
-                    ids.remove(out.request_id)
-                    if not ids:
-                        del self.external_req_ids[state.external_req_id]
+                self._forget(out.request_id, state)
 
 
 @dataclass
