@@ -63,7 +63,8 @@ async def abort_request(ctx: RouteContext, request: Request) -> Any:
             raise ContractError(400, "rid: a prefix abort needs a non-empty rid prefix (to abort everything, send abort_all)")
         request_ids = _ids_of(e for e in control.registry.select() if e.rid.startswith(body.rid))
     elif body.rid:
-        request_ids = _ids_of(e for e in control.registry.select() if e.rid == body.rid)
+        entry = control.registry.get(body.rid)
+        request_ids = [] if entry is None else [entry.request_id]
     else:
         # SGLang ignores an abort naming nothing (with a warning): so does this, saying so.
         return {**_json(control.nothing_aborted()), "message": "nothing to abort: give rid or abort_all"}
