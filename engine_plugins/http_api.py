@@ -51,8 +51,6 @@ class RouteContext:
     settings: Settings
 
 
-_Context = RouteContext
-
 
 async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -> Any:
     """Parse the JSON body into *model*; an absent body is ``{}``. Raises a 400 naming the problem,
@@ -112,10 +110,8 @@ def answer_json(result: Any) -> Any:
     return result.model_dump() if isinstance(result, BaseModel) else result
 
 
-_json = answer_json
 
-
-async def _abort(ctx: _Context, request: Request) -> Any:
+async def _abort(ctx: RouteContext, request: Request) -> Any:
     body = await parse_body(request, AbortRequest, ctx.settings.max_body_bytes)
     wait, timeout_s = body.wait, body.timeout_s if body.timeout_s is not None else ctx.settings.abort_timeout_s
     if "wait" not in body.model_fields_set:
@@ -129,27 +125,27 @@ async def _abort(ctx: _Context, request: Request) -> Any:
         control = ctx.hooks.control()
         request_ids, reason = control.select_by_age(body.admitted_before, body.max_staleness), "stale"
         if not request_ids:
-            return _json(control.nothing_aborted())
-    return _json(
+            return answer_json(control.nothing_aborted())
+    return answer_json(
         await ctx.hooks.call("abort", request, request_ids=request_ids, wait=wait, timeout_s=timeout_s, reason=reason)
     )
 
 
-async def _loads(ctx: _Context, request: Request) -> Any:
-    return _json(await ctx.hooks.call("loads", request))
+async def _loads(ctx: RouteContext, request: Request) -> Any:
+    return answer_json(await ctx.hooks.call("loads", request))
 
 
-async def _update_weight_version(ctx: _Context, request: Request) -> Any:
+async def _update_weight_version(ctx: RouteContext, request: Request) -> Any:
     body = await parse_body(request, UpdateWeightVersionRequest, ctx.settings.max_body_bytes)
     abort_all = body.abort_all_requests
     if abort_all is None:
         abort_all = ctx.settings.abort_on_weight_version
-    return _json(
+    return answer_json(
         await ctx.hooks.call("update_weight_version", request, new_version=body.new_version, abort_all_requests=abort_all)
     )
 
 
-async def _partial_generate(ctx: _Context, request: Request) -> Any:
+async def _partial_generate(ctx: RouteContext, request: Request) -> Any:
     body = await parse_body(request, PartialGenerateRequest, ctx.settings.max_body_bytes)
     generation = asyncio.ensure_future(
         ctx.hooks.call(
@@ -167,7 +163,7 @@ async def _partial_generate(ctx: _Context, request: Request) -> Any:
     await asyncio.wait({generation, hang_up}, return_when=asyncio.FIRST_COMPLETED)
     if generation.done():
         hang_up.cancel()
-        return _json(generation.result())
+        return answer_json(generation.result())
     generation.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await generation
@@ -190,7 +186,7 @@ _QUERY_TRUE = ("1", "true", "on", "yes", "t", "y")
 _QUERY_FALSE = ("0", "false", "off", "no", "f", "n")
 
 
-async def _pause(ctx: _Context, request: Request) -> Any:
+async def _pause(ctx: RouteContext, request: Request) -> Any:
     body = await parse_body(request, PauseRequest, ctx.settings.max_body_bytes)
     mode = body.mode
     query_mode = request.query_params.get("mode")
@@ -209,17 +205,17 @@ async def _pause(ctx: _Context, request: Request) -> Any:
         if clear_cache is not None and clear_cache != (value in _QUERY_TRUE):
             raise ContractError(400, f"clear_cache: the query says {query_clear!r} but the body says {clear_cache!r}")
         clear_cache = value in _QUERY_TRUE
-    return _json(
+    return answer_json(
         await ctx.hooks.call("pause", request, mode=mode, timeout_s=ctx.settings.abort_timeout_s, clear_cache=clear_cache)
     )
 
 
-async def _resume(ctx: _Context, request: Request) -> Any:
-    return _json(await ctx.hooks.call("resume", request))
+async def _resume(ctx: RouteContext, request: Request) -> Any:
+    return answer_json(await ctx.hooks.call("resume", request))
 
 
-async def _is_paused(ctx: _Context, request: Request) -> Any:
-    return _json(await ctx.hooks.call("is_paused", request))
+async def _is_paused(ctx: RouteContext, request: Request) -> Any:
+    return answer_json(await ctx.hooks.call("is_paused", request))
 
 
 CONTRACT_ROUTES: tuple[ContractRoute, ...] = (
@@ -281,7 +277,7 @@ def build_routes(
 ) -> APIRouter:
     """An APIRouter serving *routes* under *prefix*, each authenticated and answered as the
     contract's are (engines use it for their own routes that the plugin serves too)."""
-    ctx = _Context(hooks=hooks, settings=settings)
+    ctx = RouteContext(hooks=hooks, settings=settings)
     router = APIRouter()
 
     def keys() -> list[str]:
@@ -301,7 +297,7 @@ def build_routes(
     return router
 
 
-def _endpoint(ctx: _Context, route: ContractRoute, keys: Callable[[], list[str]], extra: dict[str, Any]):
+def _endpoint(ctx: RouteContext, route: ContractRoute, keys: Callable[[], list[str]], extra: dict[str, Any]):
     async def endpoint(request: Request) -> JSONResponse:
         try:
             check_api_key(request, keys())

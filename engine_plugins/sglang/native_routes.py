@@ -26,8 +26,7 @@ from fastapi import Request
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ContractError
-from ..http_api import ContractRoute, RouteContext, parse_body
-from ..http_api import answer_json as _json
+from ..http_api import ContractRoute, RouteContext, answer_json, parse_body
 
 _PAUSE_ANSWER = {"message": "Generation paused successfully.", "status": "ok"}
 
@@ -67,10 +66,10 @@ async def abort_request(ctx: RouteContext, request: Request) -> Any:
         request_ids = [] if entry is None else [entry.request_id]
     else:
         # SGLang ignores an abort naming nothing (with a warning): so does this, saying so.
-        return {**_json(control.nothing_aborted()), "message": "nothing to abort: give rid or abort_all"}
+        return {**answer_json(control.nothing_aborted()), "message": "nothing to abort: give rid or abort_all"}
     if request_ids is not None and not request_ids:
-        return _json(control.nothing_aborted())  # an unknown rid is not an error (ROLL sends it everywhere)
-    return _json(
+        return answer_json(control.nothing_aborted())  # an unknown rid is not an error (ROLL sends it everywhere)
+    return answer_json(
         await ctx.hooks.call(
             "abort", request, request_ids=request_ids, wait=True, timeout_s=ctx.settings.abort_settle_s, reason="request"
         )
@@ -97,18 +96,18 @@ async def pause_generation(ctx: RouteContext, request: Request) -> Any:
     past_gate = await seam.drain()
     request_ids = _ids_of(past_gate)
     if not request_ids:
-        return {**_PAUSE_ANSWER, **_json(control.nothing_aborted())}
+        return {**_PAUSE_ANSWER, **answer_json(control.nothing_aborted())}
     result = await ctx.hooks.call(
         "abort", request, request_ids=request_ids, wait=True, timeout_s=ctx.settings.abort_timeout_s, reason="pause"
     )
-    return {**_PAUSE_ANSWER, **_json(result)}
+    return {**_PAUSE_ANSWER, **answer_json(result)}
 
 
 async def get_load(ctx: RouteContext, request: Request) -> Any:
     """An older SGLang's ``/get_load`` (``http_server.py`` of 0.5.20): one dict per DP rank, with
     ``num_reqs`` = running + waiting, from the contract's true counts."""
     loads = await ctx.hooks.call("loads", request)
-    loads = _json(loads)
+    loads = answer_json(loads)
     now = time.perf_counter()
     out = []
     for rank in loads["loads"]:
