@@ -13,7 +13,8 @@ import contextlib
 import contextvars
 import uuid
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Iterator, Optional, Sequence
 
 from .errors import ContractError
 from .model_limits import check_request
@@ -55,6 +56,21 @@ def abort_reason(reason: str) -> Iterator[None]:
         yield
     finally:
         _abort_reason.reset(token)
+
+
+@dataclass
+class InFlightCounts:
+    """The requests one front end holds: how many, and how many per version they were admitted under."""
+
+    in_flight: int = 0
+    by_version: dict[str, int] = field(default_factory=dict)
+
+    def plus(self, other: "InFlightCounts") -> "InFlightCounts":
+        """Both front ends' counts together."""
+        by_version = dict(self.by_version)
+        for name, count in other.by_version.items():
+            by_version[name] = by_version.get(name, 0) + count
+        return InFlightCounts(self.in_flight + other.in_flight, by_version)
 
 
 def new_rid() -> str:
@@ -111,7 +127,7 @@ class RolloutControl:
         in_flight = len(self.registry)
         return AbortResult(aborted=newly_aborted, in_flight=in_flight, idle=in_flight == 0, timed_out=timed_out)
 
-    def select_by_age(self, admitted_before: Optional[str] = None, max_staleness: Optional[int] = None) -> list[str]:
+    async def select_by_age(self, admitted_before: Optional[str] = None, max_staleness: Optional[int] = None) -> list[str]:
         """The request ids of the requests admitted under a version older than *admitted_before*
         (its latest bump), or *max_staleness* or more bumps ago; for an abort by age.
 
@@ -132,20 +148,36 @@ class RolloutControl:
             raise ValueError("select_by_age needs admitted_before or max_staleness")
         return list(dict.fromkeys(e.request_id for e in self.registry.admitted_before(generation)))
 
-    def nothing_aborted(self) -> AbortResult:
+    async def nothing_aborted(self) -> AbortResult:
         """The answer of an abort that covered no request."""
         in_flight = len(self.registry)
         return AbortResult(aborted=0, in_flight=in_flight, idle=in_flight == 0)
 
+    def in_flight_counts(self) -> InFlightCounts:
+        """This process's accepted requests: how many, and how many per admitting version."""
+        self._notice_version_change()
+        by_version: dict[str, int] = {}
+        for generation, count in self.registry.by_admission().items():
+            name = self.versions.name_of(generation)
+            by_version[name] = by_version.get(name, 0) + count
+        return InFlightCounts(in_flight=len(self.registry), by_version=by_version)
+
     # --- loads -------------------------------------------------------------------------
 
-    async def loads(self) -> LoadsResult:
-        """Engine figures per rank, reconciled with the registry so the totals are exact."""
+    async def loads(self, elsewhere: Sequence[InFlightCounts] = ()) -> LoadsResult:
+        """Engine figures per rank, reconciled with the registry so the totals are exact.
+
+        *elsewhere*: the requests the other front ends of this server hold (several API
+        server processes share the engine), counted in as well.
+        """
+        counts = self.in_flight_counts()
+        for other in elsewhere:
+            counts = counts.plus(other)
         ranks = [dict(r) for r in await self.seam.rank_loads()] or [{"dp_rank": 0}]
         for rank in ranks:
             rank.setdefault("num_running_reqs", 0)
             rank.setdefault("num_waiting_reqs", 0)
-        _reconcile(ranks, len(self.registry))
+        _reconcile(ranks, counts.in_flight)
         loads = []
         for rank in ranks:
             rank["num_total_reqs"] = rank["num_running_reqs"] + rank["num_waiting_reqs"]
@@ -155,22 +187,17 @@ class RolloutControl:
             total_waiting_reqs=sum(r.num_waiting_reqs for r in loads),
             total_reqs=sum(r.num_total_reqs for r in loads),
         )
-        self._notice_version_change()
-        by_version: dict[str, int] = {}
-        for generation, count in self.registry.by_admission().items():
-            name = self.versions.name_of(generation)
-            by_version[name] = by_version.get(name, 0) + count
         return LoadsResult(
             **self.seam.loads_header(),
             timestamp=datetime.now(timezone.utc).isoformat(),
             version=self.seam.engine_version() or "unknown",
             loads=loads,
             aggregate=aggregate,
-            in_flight=len(self.registry),
+            in_flight=counts.in_flight,
             paused=self.pause_mode is not None,
             weight_version=self.seam.weight_version(),
             engine=self.seam.engine,
-            in_flight_by_version=by_version,
+            in_flight_by_version=counts.by_version,
         )
 
     # --- weight version ----------------------------------------------------------------

@@ -123,9 +123,9 @@ async def _abort(ctx: RouteContext, request: Request) -> Any:
         # The selector becomes the exact ids of the requests it covers, so that every abort
         # plugin, old or new, sees an abort by ids and none can widen it to every request.
         control = ctx.hooks.control()
-        request_ids, reason = control.select_by_age(body.admitted_before, body.max_staleness), "stale"
+        request_ids, reason = await control.select_by_age(body.admitted_before, body.max_staleness), "stale"
         if not request_ids:
-            return answer_json(control.nothing_aborted())
+            return answer_json(await control.nothing_aborted())
     return answer_json(
         await ctx.hooks.call("abort", request, request_ids=request_ids, wait=wait, timeout_s=timeout_s, reason=reason)
     )

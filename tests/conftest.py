@@ -37,7 +37,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # behaviour, when it cannot arrange its situation in time. The engines' CPU placement
 # (engine_plugins/launcher/cpu.py) is what keeps that from happening; a rerun is only the last
 # guard against a machine that stalls anyway, and the summary counts them ("rerun").
-REAL_TARGETS = {"sglang", "vllm", *VERSION_TARGETS}
+REAL_TARGETS = {"sglang", "vllm", "vllm-api2", *VERSION_TARGETS}
 SETUP_RERUNS = 2
 
 

@@ -1,5 +1,7 @@
 """vLLM contract targets: ``vllm-stub`` (the real plugin on a fake AsyncLLM), ``vllm-0.33-stub``
-(the same fake with vLLM 0.33's pause), ``vllm`` (a real vLLM 0.32, the pinned release) and
+(the same fake with vLLM 0.33's pause), ``vllm-stub-api3`` (three fake front ends on one engine
+core), ``vllm`` (a real vLLM 0.32, the pinned release), ``vllm-api2`` (the same with two API
+server processes) and
 ``vllm@VERSION`` for every other release with a CPU build (requirements/engine-versions.txt),
 which run the smoke subset (engine_versions.SMOKE) in dev mode, so that vLLM's own RL routes are
 there for the contract's to replace."""
@@ -24,7 +26,7 @@ def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY, env: dic
 
 @contextlib.contextmanager
 def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, api_key: str = API_KEY,
-                     version: str | None = None) -> Iterator[Target]:
+                     version: str | None = None, name: str | None = None) -> Iterator[Target]:
     """A real vLLM (CPU) OpenAI server with VLLM_PLUGINS=engine_plugins and --api-key: the pinned
     0.32, or *version* from its layered venv."""
     from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
@@ -33,12 +35,12 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
     server_env = {"VLLM_PLUGINS": "engine_plugins", **(env or {})}
     # long_tokens: about 7 s of generation for one request with the tiny model, longer than the
     # stalls a client sees on two busy cores, so no request finishes while a test arranges things.
-    name = "vllm" if version is None else f"vllm@{version}"
+    name = name or ("vllm" if version is None else f"vllm@{version}")
     with EngineServer("vllm", REPO, api_key=api_key, env=server_env, extra_args=extra_args,
                       log_path=tmp_dir / "vllm.log", version=version) as server:
-        # The other releases: the whole log, which their startup-log test reads.
+        # The other servers: the whole log, which their startup-log tests read.
         yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500,
-                     log_tail=lambda: server.log_tail(80 if version is None else 1_000_000))
+                     log_tail=lambda: server.log_tail(80 if name == "vllm" else 1_000_000))
 
 
 TARGETS = {
@@ -46,7 +48,12 @@ TARGETS = {
     "vllm-0.33-stub": lambda tmp: fake_vllm_server(tmp, "--pause-rejects-new", "--dev-mode", name="vllm-0.33-stub"),
     # The smoke subset only (engine_versions.SMOKE_ONLY), as on the real 0.30 and 0.31.
     "vllm-0.31-stub": lambda tmp: fake_vllm_server(tmp, "--like-0.31", "--dev-mode", name="vllm-0.31-stub"),
+    # Three front ends (API server processes) on one engine core and one port.
+    "vllm-stub-api3": lambda tmp: fake_vllm_server(tmp, "--api-server-count", "3", "--dev-mode", name="vllm-stub-api3"),
     "vllm": lambda tmp: real_vllm_server(tmp),
+    # Two API server processes (vLLM's default with --data-parallel-size 2) on one engine core.
+    # Dev mode: each process's contract routes replace vLLM's RL routes of the same paths.
+    "vllm-api2": lambda tmp: real_vllm_server(tmp, "--api-server-count", "2", env={"VLLM_SERVER_DEV_MODE": "1"}, name="vllm-api2"),
 }
 for _release in SUPPORTED:
     if _release.engine == "vllm" and _release.tested == "real":

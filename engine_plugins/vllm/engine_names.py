@@ -245,6 +245,10 @@ class VllmEngine:
         """Whether the engine core has died."""
         return bool(self.llm.errored)
 
+    def api_server_index(self) -> int:
+        """Which of the server's API processes this engine client belongs to (0 with one)."""
+        return int(getattr(self.llm.engine_core, "client_index", 0))
+
     # --- requests ---------------------------------------------------------------------------
 
     def model_limits(self) -> ModelLimits:

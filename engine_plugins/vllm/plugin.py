@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from argparse import Namespace
 from typing import Any, Callable, Optional
 
@@ -24,6 +25,9 @@ from ..control import RolloutControl
 from ..errors import StartupError
 from ..exposure import unguarded_warning
 from ..http_api import build_routes
+from ..peers import Peers
+from ..process_header import ApiServerHeader, ApiServerIdentity
+from ..spread import ServerControl
 from . import engine_names, native_routes
 from .engine_names import VllmEngine, VllmNames
 from .routes import mount
@@ -49,6 +53,7 @@ class VllmEndpointPlugin:
         self._stack: Optional[PluginStack] = None
         self._control: Optional[RolloutControl] = None
         self._keys: list[str] = []
+        self._api_server = ApiServerIdentity()
 
     def attach_router(self, app: Any) -> None:
         """Mount the contract's routes; vLLM then replaces its routes with the same path and method.
@@ -65,13 +70,15 @@ class VllmEndpointPlugin:
             alias_router = build_routes(self._stack.hooks, self._stack.settings, aliases, lambda: self._keys)
             router.routes.extend([*self._stack.router.routes, *alias_router.routes])
         report = mount(app, router, self._stack.settings.replace_native_routes)
+        app.add_middleware(ApiServerHeader, identity=self._api_server)
         for line in report.lines():
             logger.info("%s", line)
         for line in report.warnings():
             logger.warning("%s", line)
 
     async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:
-        """Check the engine and the flags, then build the control over this ``AsyncLLM``."""
+        """Check the engine and the flags, then build the control over this ``AsyncLLM``
+        (with several API server processes, one over all of them)."""
         self._keys = engine_names.engine_api_keys(args)
         assert self._stack is not None, "vLLM calls attach_router before init_state"
         warning = unguarded_warning(getattr(args, "host", None), [self._stack.settings.api_key, *self._keys])
@@ -80,15 +87,6 @@ class VllmEndpointPlugin:
         if engine_client is None:
             logger.warning("engine_plugins: no engine on this server (render only); the contract answers 503")
             return
-        api_servers = engine_names.api_server_count(args)
-        if api_servers > 1:
-            # Each API process would hold its own registry and see only its own requests,
-            # while pause is engine-wide: abort-all and loads could not be exact.
-            raise StartupError(
-                f"engine_plugins: --api-server-count {api_servers} is not supported: each API server "
-                "process would see only its own requests, so abort-all and /v1/loads could not be exact. "
-                "Run with --api-server-count 1 (with data parallelism, set it explicitly)."
-            )
         names = self._load_names()
         vllm = VllmEngine(names, engine_client)
         try:
@@ -101,11 +99,22 @@ class VllmEndpointPlugin:
             ) from exc
         tracker = Tracker(vllm, await vllm.get_weight_version())
         tracker.install()
-        self._control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
+        control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
+        api_servers = engine_names.api_server_count(args)
+        if api_servers > 1:
+            # Each API process has its own front end: calls that cover the whole server are
+            # passed to the other processes (the processes of one server share its parent).
+            index = vllm.api_server_index()
+            peers = Peers(f"vllm-{os.getppid()}-{getattr(args, 'port', 0)}", index, api_servers)
+            control = ServerControl(control, peers)
+            await control.serve_peers()
+            self._api_server.index, self._api_server.count = index, api_servers
+        self._control = control
         shims = names.shims()
         logger.info(
-            "engine_plugins: serving the RL control contract on vLLM %s (%s); shims: %s",
+            "engine_plugins: serving the RL control contract on vLLM %s (%s); shims: %s%s",
             names.version, describe(self._stack.settings), "; ".join(shims) if shims else "none",
+            f"; API server {self._api_server.index} of {api_servers}" if api_servers > 1 else "",
         )
 
 

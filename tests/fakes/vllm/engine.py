@@ -355,8 +355,53 @@ class EngineCore:
         self.vocab_size = vocab_size
         self.scheduler = Scheduler(max_num_seqs)
         self._weight_version = "default"  # core.py:141
-        self.outputs: asyncio.Queue = asyncio.Queue()
+        # Per front end (API server process): its output queue; per request: its front end
+        # (EngineCoreRequest.client_index, core.py routes outputs by it).
+        self.outputs: dict[int, asyncio.Queue] = {}
+        self._client_of: dict[str, int] = {}
+        self.inputs: asyncio.Queue = asyncio.Queue()
+        self._task: Optional[asyncio.Task] = None
         self._drains: list[asyncio.Future] = []  # wait-mode pauses until nothing runs
+
+    def connect(self, client_index: int) -> asyncio.Queue:
+        """A front end's output queue; the core loop starts with the first front end."""
+        queue = self.outputs.setdefault(client_index, asyncio.Queue())
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return queue
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        """The busy loop (core.py:1567-1625): inputs first, then one step if anything runs."""
+        while True:
+            while not self.inputs.empty():
+                self._process(*self.inputs.get_nowait())
+            if self.scheduler.requests and self.scheduler.schedule():
+                await asyncio.sleep(self.step_s)
+                while not self.inputs.empty():  # inputs that arrived during the step come first
+                    self._process(*self.inputs.get_nowait())
+                self.step()
+            else:
+                self._process(*await self.inputs.get())
+
+    def _process(self, kind: str, payload: Any, future: Optional[asyncio.Future], client_index: int = 0) -> None:
+        try:
+            result = self.handle(kind, payload, client_index)
+        except Exception as exc:
+            if future is not None:
+                future.set_exception(exc)
+            return
+        if future is None:
+            return
+        if isinstance(result, asyncio.Future):
+            # A utility that completes later (a wait-mode pause): answer when it does.
+            result.add_done_callback(lambda done: future.done() or future.set_result(None))
+            return
+        future.set_result(result)
 
     def _notify_idle(self) -> None:
         """core.py:1578, 1621-1624: complete the wait-mode pauses once nothing runs."""
@@ -399,18 +444,28 @@ class EngineCore:
         return self.scheduler.pause_state != PauseState.UNPAUSED
 
     def _send(self, outputs: list[EngineCoreOutput]) -> None:
-        if outputs:
-            self.outputs.put_nowait((outputs, self._weight_version if self.stamp_versions else None))
+        """Each output to its request's front end; a finished request is forgotten."""
+        version = self._weight_version if self.stamp_versions else None
+        by_client: dict[int, list[EngineCoreOutput]] = {}
+        for out in outputs:
+            client = self._client_of.get(out.request_id, 0)
+            if out.finish_reason is not None:
+                self._client_of.pop(out.request_id, None)
+            by_client.setdefault(client, []).append(out)
+        for client, outs in by_client.items():
+            self.outputs[client].put_nowait((outs, version))
 
-    def handle(self, kind: str, payload: Any) -> Any:
+    def handle(self, kind: str, payload: Any, client_index: int = 0) -> Any:
         if kind == "ADD":
+            self._client_of[payload.request_id] = client_index
             if self.reject_new_requests:
                 # 0.33, core.py:1796-1815: "Generation is paused. Please retry after it resumes."
                 self._send([EngineCoreOutput(payload.request_id, [], [], "error", "Generation is paused. Please retry after it resumes.")])
                 return None
             self.scheduler.add(payload)
         elif kind == "ABORT":
-            self.scheduler.finish_requests(payload)
+            for request_id in self.scheduler.finish_requests(payload):
+                self._client_of.pop(request_id, None)
             self._notify_idle()
         elif kind == "UTILITY":
             method, args = payload
@@ -435,58 +490,32 @@ class EngineCore:
 
 
 class EngineCoreClient:
-    """``AsyncMPClient`` (core_client.py:1106-1365): one ordered input queue into the core."""
+    """``AsyncMPClient`` (core_client.py:1106-1365): one ordered input queue into the core,
+    shared by every front end (API server process) of the server."""
 
-    def __init__(self, core: EngineCore) -> None:
+    def __init__(self, core: EngineCore, client_index: int = 0) -> None:
         self.core = core
-        self._inputs: asyncio.Queue = asyncio.Queue()
-        self._task: Optional[asyncio.Task] = None
+        self.client_index = client_index
+        self._inputs = core.inputs
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+    def start(self) -> asyncio.Queue:
+        """Connect to the engine core; returns this front end's output queue."""
+        return self.core.connect(self.client_index)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _run(self) -> None:
-        while True:
-            while not self._inputs.empty():
-                self._process(*self._inputs.get_nowait())
-            if self.core.scheduler.requests and self.core.scheduler.schedule():
-                await asyncio.sleep(self.core.step_s)
-                while not self._inputs.empty():  # inputs that arrived during the step come first
-                    self._process(*self._inputs.get_nowait())
-                self.core.step()
-            else:
-                self._process(*await self._inputs.get())
-
-    def _process(self, kind: str, payload: Any, future: Optional[asyncio.Future]) -> None:
-        try:
-            result = self.core.handle(kind, payload)
-        except Exception as exc:
-            if future is not None:
-                future.set_exception(exc)
-            return
-        if future is None:
-            return
-        if isinstance(result, asyncio.Future):
-            # A utility that completes later (a wait-mode pause): answer when it does.
-            result.add_done_callback(lambda done: future.done() or future.set_result(None))
-            return
-        future.set_result(result)
+        self.core.stop()
 
     async def add_request_async(self, request: EngineCoreRequest) -> None:
         await asyncio.sleep(0)  # the real send may suspend (zmq.asyncio)
-        self._inputs.put_nowait(("ADD", request, None))
+        self._inputs.put_nowait(("ADD", request, None, self.client_index))
 
     async def abort_requests_async(self, request_ids: list[str]) -> None:
         if request_ids:
-            self._inputs.put_nowait(("ABORT", list(request_ids), None))
+            self._inputs.put_nowait(("ABORT", list(request_ids), None, self.client_index))
 
     async def call_utility_async(self, method: str, *args: Any) -> Any:
         future = asyncio.get_running_loop().create_future()
-        self._inputs.put_nowait(("UTILITY", (method, args), future))
+        self._inputs.put_nowait(("UTILITY", (method, args), future, self.client_index))
         return await future
 
     async def call_utility_all_async(self, method: str, *args: Any) -> list[Any]:
@@ -531,18 +560,22 @@ class AsyncLLM:
     """The fake ``AsyncLLM``: the same public surface and internals the plugin uses."""
 
     def __init__(self, step_s: float = 0.003, vocab_size: int = 512, max_num_seqs: int = 64, max_model_len: int = 2048,
-                 pause_rejects_new: bool = False, stamp_versions: bool = True) -> None:
+                 pause_rejects_new: bool = False, stamp_versions: bool = True, core: Optional[EngineCore] = None,
+                 client_index: int = 0) -> None:
+        """*core*: the engine core of another front end to share (several API server
+        processes); *client_index*: this front end's place among them."""
         self.errored = False
         self.pause_rejects_new = pause_rejects_new
         self.output_processor = OutputProcessor()
-        self.engine_core = EngineCoreClient(EngineCore(step_s, vocab_size, max_num_seqs, pause_rejects_new, stamp_versions))
+        core = core or EngineCore(step_s, vocab_size, max_num_seqs, pause_rejects_new, stamp_versions)
+        self.engine_core = EngineCoreClient(core, client_index)
         self.renderer = Renderer(max_model_len)
         self.model_config = ModelConfig(vocab_size, max_model_len)
         self._output_handler: Optional[asyncio.Task] = None
 
     def start(self) -> None:
         """Start the engine core and the output handler (async_llm.py:825-909) on this loop."""
-        self.engine_core.start()
+        self._outputs = self.engine_core.start()
         self._output_handler = asyncio.get_running_loop().create_task(self._handle_outputs())
 
     async def shutdown(self) -> None:
@@ -552,7 +585,7 @@ class AsyncLLM:
 
     async def _handle_outputs(self) -> None:
         while True:
-            outputs, version = await self.engine_core.core.outputs.get()
+            outputs, version = await self._outputs.get()
             self.output_processor.process_outputs(outputs, version)
 
     async def add_request(self, request_id: str, prompt: Any, params: SamplingParams) -> RequestOutputCollector:

@@ -16,16 +16,20 @@ With ``--no-plugin`` it is vLLM without this package (``--dev-mode``: with its R
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import logging
 import secrets
+import signal
+import socket
 import uuid
 from argparse import Namespace
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from copy import copy
 from typing import Any, Optional
 
+import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
@@ -65,7 +69,7 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
     rejects, like_031 = getattr(args, "pause_rejects_new", False), getattr(args, "like_031", False)
     llm = llm or fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031)
     endpoint_plugin = VllmEndpointPlugin(load_names=lambda: fake_names(rejects, like_031)) if plugin else None
-    if plugin:
+    if plugin and getattr(args, "general_plugin", True):
         # What the general plugin does in the engine-core process (plugin.general_plugin).
         engine_names.install_request_counts(fake.EngineCore)
 
@@ -250,13 +254,12 @@ class _AuthenticationMiddleware:
 
 def main(argv: Optional[list[str]] = None) -> None:
     """Run the fake vLLM server on loopback with uvicorn."""
-    import uvicorn
-
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", action="append", default=None, help="vLLM's --api-key (repeatable)")
-    parser.add_argument("--api-server-count", type=int, default=None)
+    parser.add_argument("--api-server-count", type=int, default=None,
+                        help="front ends (API server processes) sharing the engine core and the port")
     parser.add_argument("--step-s", type=float, default=0.003, help="seconds per decode step of the fake engine core")
     parser.add_argument("--dev-mode", action="store_true", help="mount vLLM's dev-mode RL routes (VLLM_SERVER_DEV_MODE=1)")
     parser.add_argument("--pause-rejects-new", action="store_true",
@@ -264,7 +267,44 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--like-0.31", dest="like_031", action="store_true",
                         help="vLLM 0.30/0.31: no weight-version spans from the engine, no call_utility_all_async")
     parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="vLLM without engine-plugins")
+    parser.add_argument("--without-general-plugin", dest="general_plugin", action="store_false",
+                        help="the endpoint plugin only: VLLM_PLUGINS kept the general plugin out of the engine core")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    app = create_app(args, dev_mode=args.dev_mode, plugin=args.plugin)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    count = args.api_server_count or 1
+    if count == 1:
+        uvicorn.run(create_app(args, dev_mode=args.dev_mode, plugin=args.plugin), host=args.host, port=args.port, log_level="warning")
+        return
+    asyncio.run(_serve_front_ends(args, count))
+
+
+async def _serve_front_ends(args: Namespace, count: int) -> None:
+    """*count* front ends on one engine core, each with its own app and plugin instance, all on
+    one port (SO_REUSEPORT, as vLLM's API processes: the kernel spreads the connections).
+
+    vLLM runs each front end in a process of its own; here they share one, which the plugin
+    cannot tell apart: they still reach each other only through their peer sockets."""
+    rejects, like_031 = args.pause_rejects_new, args.like_031
+    first = fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031)
+    llms = [first] + [fake.AsyncLLM(pause_rejects_new=rejects, stamp_versions=not like_031, core=first.engine_core.core,
+                                    client_index=i) for i in range(1, count)]
+    servers = []
+    for llm in llms:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((args.host, args.port))
+        app = create_app(args, llm=llm, dev_mode=args.dev_mode, plugin=args.plugin)
+        servers.append((_QuietServer(uvicorn.Config(app, log_level="warning")), sock))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: [setattr(server, "should_exit", True) for server, _ in servers])
+    await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in servers))
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn's Server without its own signal handlers (several share one process)."""
+
+    @contextmanager
+    def capture_signals(self):
+        yield
