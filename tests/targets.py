@@ -36,6 +36,8 @@ class Target:
     log_tail: Callable[[], str] = lambda: ""
     honours_seed: bool = True
     """False where the engine cannot honour ``seed`` and the plugin refuses it (README: exceptions)."""
+    real: bool = False
+    """A real engine (slow on two cores: the soaks and fuzzers do fewer rounds)."""
 
 
 def free_port() -> int:

@@ -42,7 +42,7 @@ def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS,
     server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=list(extra_args), env=env, log_path=tmp_dir / "sglang.log",
                           version=version)
     with server:
-        yield Target(name="sglang" if version is None else f"sglang@{version}", url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False)
+        yield Target(name="sglang" if version is None else f"sglang@{version}", url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False, real=True)
 
 
 TARGETS = {

@@ -39,7 +39,7 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
     with EngineServer("vllm", REPO, api_key=api_key, env=server_env, extra_args=extra_args,
                       log_path=tmp_dir / "vllm.log", version=version) as server:
         # The other servers: the whole log, which their startup-log tests read.
-        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500,
+        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, real=True,
                      log_tail=lambda: server.log_tail(80 if name == "vllm" else 1_000_000))
 
 

@@ -48,7 +48,6 @@ from engine_plugins.schema import (
 
 from .api import ANSWERS, DEADLINE_S, assert_partial
 
-REAL_TARGETS = {"sglang", "vllm"}
 # Enough to cover every strategy branch many times on the fast targets; the real engines take
 # seconds per valid generation on two cores, so fewer there keeps a run under ~2 minutes.
 EXAMPLES = {"real": 60, "fast": 300}
@@ -369,7 +368,7 @@ def check_answer(example: Example, response: httpx.Response, max_new: Optional[i
 
 
 def test_fuzzed_requests_never_fail_the_server_nor_the_generation_running(target):
-    real = target.name in REAL_TARGETS
+    real = target.real
     headers = {"Authorization": f"Bearer {target.api_key}"}
     survivors = Survivors(target)
     sent = {"count": 0}

@@ -36,7 +36,6 @@ from .api import ANSWERS, Api, assert_partial
 
 pytestmark = pytest.mark.anyio
 
-REAL_TARGETS = {"sglang", "vllm"}
 SEED = 20_240_612
 # The minimum counts. Rounds are sized so that the fast targets do theirs in well under
 # a minute and each real engine in under about three.
@@ -247,7 +246,7 @@ def new_log_lines(before: list[str], now: list[str]) -> list[str]:
 
 
 async def test_race_soak_leaves_every_round_idle_well_answered_and_fenced(target):
-    real = target.name in REAL_TARGETS
+    real = target.real
     rounds = ROUNDS["real" if real else "fast"]
     tail = target.log_tail().splitlines()
     new_tracebacks: list[str] = []
@@ -276,7 +275,7 @@ async def test_a_generation_aborted_before_its_first_token_has_no_span(target):
         await api.warm(4)
         rng = random.Random(SEED)
         empty = []
-        for i in range(100 if target.name not in REAL_TARGETS else 10):
+        for i in range(10 if target.real else 100):
             task = asyncio.create_task(api.generate(target.long_tokens, request_id=f"early-{i}"))
             await asyncio.sleep(rng.uniform(0, 0.01))
             await api.ok("POST", "/abort_requests", {"request_ids": [f"early-{i}"], "wait": True, "timeout_s": FENCE_TIMEOUT_S})

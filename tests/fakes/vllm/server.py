@@ -290,7 +290,8 @@ async def _serve_front_ends(args: Namespace, count: int) -> None:
                                     client_index=i) for i in range(1, count)]
     servers = []
     for llm in llms:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((args.host, args.port))
