@@ -14,13 +14,17 @@ and a process that died took its requests with it. Every call is bounded in time
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Optional
+
+from .errors import StartupError
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +42,15 @@ class PeerError(RuntimeError):
 
 
 def socket_dir() -> Path:
-    """Where this user's servers keep their peer sockets (private to the user)."""
+    """Where this user's servers keep their peer sockets: a directory only this user can enter
+    (the sockets take control calls without a key)."""
     path = Path(tempfile.gettempdir()) / f"engine-plugins-{os.getuid()}"
     path.mkdir(mode=0o700, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise StartupError(f"engine_plugins: {path} is not a directory of this user; remove it (the API processes' sockets go there)")
+    if info.st_mode & 0o077:
+        path.chmod(0o700)
     return path
 
 
@@ -73,14 +83,15 @@ class Peers:
             path.unlink()  # left by a server that had this id before and did not stop cleanly
         self._server = await asyncio.start_unix_server(self._answer, path=str(path), limit=_LINE_LIMIT)
         os.chmod(path, 0o600)
+        # The engine may exit without closing this; the socket file must not outlive it.
+        atexit.register(_remove, path)
 
     async def close(self) -> None:
         """Stop answering and remove the socket."""
         if self._server is not None:
             self._server.close()
             self._server = None
-            with contextlib.suppress(FileNotFoundError):
-                self.path(self.index).unlink()
+            _remove(self.path(self.index))
 
     async def call_all(self, op: str, limit_s: float, /, **args: Any) -> list[Any]:
         """Call *op* with *args* on every other process at once; the answers of those that serve.
@@ -138,3 +149,8 @@ class Peers:
 
 
 _NOT_SERVING = object()
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()

@@ -73,3 +73,14 @@ async def test_a_process_that_does_not_answer_in_time_is_an_error_not_a_hang(lin
 def test_an_index_outside_the_server_is_refused(tmp_path):
     with pytest.raises(ValueError, match="not in 0..1"):
         Peers("srv", 2, 2, directory=tmp_path)
+
+
+def test_the_socket_directory_is_private_to_the_user(tmp_path, monkeypatch):
+    monkeypatch.setattr(peers_module.tempfile, "gettempdir", lambda: str(tmp_path))
+    made = peers_module.socket_dir()
+    made.chmod(0o777)
+    assert peers_module.socket_dir().stat().st_mode & 0o777 == 0o700, "a directory others could enter is closed again"
+    made.rmdir()
+    made.symlink_to(tmp_path)
+    with pytest.raises(peers_module.StartupError, match="is not a directory of this user"):
+        peers_module.socket_dir()
