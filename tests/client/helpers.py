@@ -36,8 +36,9 @@ async def wait_in_flight(server, n: int, tasks=(), running: bool = True) -> None
 
 
 def start_generations(server, n: int, max_new_tokens: int = 100_000, prefix: str = "g") -> list[asyncio.Task]:
-    """*n* partial generations in the background with ids ``{prefix}-{i}``."""
+    """*n* partial generations in the background with ids ``{prefix}-{i}``, each running to its
+    length (``ignore_eos``: a random model draws its end-of-sequence token now and then)."""
     return [
-        asyncio.create_task(server.partial_generate([1, 2, 3], {"max_new_tokens": max_new_tokens}, f"{prefix}-{i}"))
+        asyncio.create_task(server.partial_generate([1, 2, 3], {"max_new_tokens": max_new_tokens, "ignore_eos": True}, f"{prefix}-{i}"))
         for i in range(n)
     ]
