@@ -72,7 +72,9 @@ class Engine:
 
     def __init__(self, engine: str, url: str, plugin: bool) -> None:
         self.engine, self.url, self.plugin = engine, url, plugin
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        # Idle connections are dropped well before the servers' keep-alive (uvicorn: 5 s) closes
+        # them, so that a call never goes out on a connection the server is closing.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=1.0)
         self.http = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600, limits=limits)
 
     async def native_request(self, max_tokens: int) -> dict:

@@ -120,7 +120,7 @@ def _save(fig, name: str) -> Path:
 def markdown(command: Optional[str] = None) -> str:
     """Every table, with the machine and the command."""
     parts = ["# Benchmark results", "",
-             f"Machine: {platform.processor() or platform.machine()}, {_cores()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}."]
+             f"Machine: {_cpu()}, {_cores()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}."]
     if command:
         parts.append(f"Command: `{command}`.")
     for engine in ENGINES:
@@ -141,6 +141,17 @@ def markdown(command: Optional[str] = None) -> str:
     if api:
         parts += ["", f"## Figure 7: vLLM with several API processes, {api['requests']} requests", "", api_servers_table(api["runs"])]
     return "\n".join(parts) + "\n"
+
+
+def _cpu() -> str:
+    """The CPU's model name (Linux), else the architecture."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def _cores() -> int:

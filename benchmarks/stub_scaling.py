@@ -43,6 +43,7 @@ from .common import KEY, REPO, ms, progress, rounds_default, stats, write_json
 STEP_S = 0.5
 LONG = {"max_new_tokens": 100_000}
 INPUT = [1, 15, 27]
+FILL_BATCH = 500
 COUNTS = (10, 100, 1000, 10000)
 OPS = ("loads", "abort by id", "admit one more", "abort all with wait")
 
@@ -131,15 +132,23 @@ def stub_server(step_s: float = STEP_S) -> Iterator[str]:
 
 async def client_view(url: str, n: int, rounds: int) -> dict[str, list[float]]:
     """Time each call over HTTP on the stub at *url* with *n* requests in flight (ms per call)."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    # Idle connections go before uvicorn's keep-alive (5 s) closes them under a new request.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=1.0)
     out: dict[str, list[float]] = {op: [] for op in OPS}
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600, limits=limits) as bg, \
-            httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600) as http:
+            httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600, limits=limits) as http:
 
-        def fill(count: int, prefix: str = "bg") -> list[asyncio.Task]:
-            return [asyncio.ensure_future(bg.post("/partial_generate", json={"input_ids": INPUT, "sampling_params": LONG,
-                                                                             "request_id": f"{prefix}-{uuid.uuid4().hex}"}))
-                    for _ in range(count)]
+        async def fill(count: int) -> list[asyncio.Task]:
+            # In batches: ten thousand connections opened at once overflow the server's listen
+            # backlog, and the connects that are dropped wait for the kernel's retries.
+            tasks: list[asyncio.Task] = []
+            base = await in_flight()
+            while len(tasks) < count:
+                tasks += [asyncio.ensure_future(bg.post("/partial_generate", json={"input_ids": INPUT, "sampling_params": LONG,
+                                                                                   "request_id": f"bg-{uuid.uuid4().hex}"}))
+                          for _ in range(min(FILL_BATCH, count - len(tasks)))]
+                await until_held(base + len(tasks))
+            return tasks
 
         async def in_flight() -> int:
             return (await http.get("/v1/loads")).json()["in_flight"]
@@ -148,16 +157,16 @@ async def client_view(url: str, n: int, rounds: int) -> dict[str, list[float]]:
             while await in_flight() < count:
                 await asyncio.sleep(0.05)
 
-        tasks = fill(n)
-        await until_held(n)
+        tasks = await fill(n)
         for _ in range(rounds):
-            while await in_flight() != n:  # the request aborted last round is released at its next step
+            while await in_flight() > n:  # the request aborted last round is released at its next step
                 await asyncio.sleep(0.02)
             out["loads"].append(await _time(lambda: http.get("/v1/loads")))
             rid = f"one-more-{uuid.uuid4().hex}"
+            before = await in_flight()
             start = time.perf_counter()
             tasks.append(asyncio.ensure_future(bg.post("/partial_generate", json={"input_ids": INPUT, "sampling_params": LONG, "request_id": rid})))
-            while await in_flight() <= n:
+            while await in_flight() <= before:
                 pass
             out["admit one more"].append(ms(time.perf_counter() - start))
             out["abort by id"].append(await _time(lambda: http.post("/abort_requests", json={"request_ids": [rid], "wait": False})))
@@ -165,8 +174,7 @@ async def client_view(url: str, n: int, rounds: int) -> dict[str, list[float]]:
             await until_held(n)
             out["abort all with wait"].append(await _time(lambda: http.post("/abort_requests", json={"wait": True})))
             await asyncio.gather(*tasks)
-            tasks = fill(n)
-        await until_held(n)
+            tasks = await fill(n)
         await http.post("/abort_requests", json={"wait": True})
         await asyncio.gather(*tasks)
     return out
