@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -59,3 +60,9 @@ def read_json(name: str) -> object:
 def ms(seconds: float) -> float:
     """Seconds in milliseconds."""
     return seconds * 1000.0
+
+
+def stop_cleanly_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that the servers a benchmark started are stopped by
+    their ``finally`` blocks rather than left running."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

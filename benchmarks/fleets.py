@@ -2,8 +2,8 @@
 client's fan-out (``Fleet(urls).abort_until_idle()``) and through smg 1.13.0 with
 ``--enable-rl`` in front of them (``Fleet(gateway=...)``), the two ways alternating round by round.
 
-Each round puts ``--requests`` generations in flight on every stub, then times the abort until
-every stub is idle. The stubs run ``PER_PROCESS`` to a process (:mod:`benchmarks.stub_host`), so
+Each round puts ``--requests`` generations in flight on every stub (one step every
+``STEP_S``), then times the abort until every stub is idle (one step is the floor). The stubs run ``PER_PROCESS`` to a process (:mod:`benchmarks.stub_host`), so
 on this two-core machine the fleet's servers share the cores with the client and smg: the
 figure is the fan-out's cost as the fleet grows, relative to one server.
 """
@@ -23,10 +23,13 @@ import httpx
 from engine_plugins.client import Fleet, ServerClient
 from engine_plugins.launcher.engine_server import free_loopback_port
 
-from .common import KEY, REPO, ms, progress, rounds_default, stats, write_json
+from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
 
 PER_PROCESS = 32
 SIZES = (1, 8, 64, 256)
+# One step every 50 ms: 256 stubs with 4 requests each stepping every 4 ms (the stub's default)
+# would take both cores by themselves, and the figure would time the stubs, not the fan-out.
+STEP_S = 0.05
 
 
 def _wait(url: str, ok, deadline_s: float = 120.0) -> None:
@@ -59,7 +62,7 @@ def fleet_of(n: int, with_smg: bool) -> Iterator[tuple[list[str], Optional[str]]
     """*n* stubs (and smg in front of them): (stub URLs, smg URL or None)."""
     ports = [free_loopback_port() for _ in range(n)]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    hosts = [[sys.executable, "-m", "benchmarks.stub_host", *map(str, ports[i:i + PER_PROCESS])] for i in range(0, n, PER_PROCESS)]
+    hosts = [[sys.executable, "-m", "benchmarks.stub_host", "--step-s", str(STEP_S), *map(str, ports[i:i + PER_PROCESS])] for i in range(0, n, PER_PROCESS)]
     with _processes(hosts):
         for url in urls:
             _wait(url + "/health", lambda r: r.status_code == 200)
@@ -116,7 +119,7 @@ def run(sizes: list[int], rounds: int, requests: int, with_smg: bool) -> dict:
             rows.append({"servers": n, **asyncio.run(measure(urls, gateway, rounds, requests))})
         progress(f"figure 6: {n} servers: client {stats(rows[-1]['client'])['median']:.0f} ms"
                  + (f", smg {stats(rows[-1]['smg'])['median']:.0f} ms" if rows[-1]["smg"] else ""))
-    return {"figure": 6, "rounds": rounds, "requests_per_server": requests, "per_process": PER_PROCESS, "rows": rows}
+    return {"figure": 6, "step_s": STEP_S, "rounds": rounds, "requests_per_server": requests, "per_process": PER_PROCESS, "rows": rows}
 
 
 def table(data: dict) -> str:
@@ -140,6 +143,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4, help="generations in flight on each stub")
     parser.add_argument("--no-smg", action="store_true")
     args = parser.parse_args()
+    stop_cleanly_on_sigterm()
     data = run(args.sizes, args.rounds, args.requests, not args.no_smg)
     write_json("fleets", data)
     print(table(data))

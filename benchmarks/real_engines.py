@@ -34,7 +34,7 @@ import httpx
 from engine_plugins.client.loads import parse_vllm_metrics
 from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
-from .common import KEY, REPO, ms, progress, rounds_default, stats, write_json
+from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
 
 PROMPT = [1, 15, 27, 33, 41]
 LONG_TOKENS = 1500
@@ -281,6 +281,7 @@ def main() -> None:
     parser.add_argument("--counts", type=int, nargs="+", default=list(COUNTS))
     parser.add_argument("--figures", type=int, nargs="+", default=[1, 2, 3, 4])
     args = parser.parse_args()
+    stop_cleanly_on_sigterm()
     data = run(args.engine, args.rounds, tuple(args.counts), set(args.figures))
     write_json(f"real_{args.engine}", data)
 

@@ -136,7 +136,7 @@ def markdown(command: Optional[str] = None) -> str:
                   stub_scaling.table(scaling)]
     fleet = read_json("fleets")
     if fleet:
-        parts += ["", f"## Figure 6: fleets of stubs, {fleet['requests_per_server']} requests each, {fleet['rounds']} rounds", "", fleets.table(fleet)]
+        parts += ["", f"## Figure 6: fleets of stubs (one step every {fleet.get('step_s', 0.004)} s), {fleet['requests_per_server']} requests each, {fleet['rounds']} rounds", "", fleets.table(fleet)]
     api = read_json("vllm_api_servers")
     if api:
         parts += ["", f"## Figure 7: vLLM with several API processes, {api['requests']} requests", "", api_servers_table(api["runs"])]

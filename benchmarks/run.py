@@ -21,7 +21,7 @@ import sys
 from typing import Iterator
 
 from . import fleets, real_engines, report, stub_scaling, vllm_api_servers
-from .common import progress, rounds_default, write_json
+from .common import stop_cleanly_on_sigterm, progress, rounds_default, write_json
 
 ALL = (5, 6, 1, 2, 3, 4, 7)
 
@@ -49,6 +49,7 @@ def main() -> None:
                         help="comma-separated figure numbers (BENCH_FIGURES)")
     parser.add_argument("--rounds", type=int, default=rounds_default(), help="rounds per figure (BENCH_ROUNDS, default 10)")
     args = parser.parse_args()
+    stop_cleanly_on_sigterm()
     figures = {int(f) for f in args.figures.split(",") if f.strip()}
     unknown = figures - set(ALL)
     if unknown:
