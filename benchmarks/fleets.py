@@ -60,12 +60,16 @@ def _processes(commands: list[list[str]]) -> Iterator[list[subprocess.Popen]]:
 @contextlib.contextmanager
 def fleet_of(n: int, with_smg: bool) -> Iterator[tuple[list[str], Optional[str]]]:
     """*n* stubs (and smg in front of them): (stub URLs, smg URL or None)."""
-    ports = [free_loopback_port() for _ in range(n)]
+    ports: list[int] = []
+    while len(ports) < n:  # distinct: the OS may hand a port that was just let go out again
+        port = free_loopback_port()
+        if port not in ports:
+            ports.append(port)
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     hosts = [[sys.executable, "-m", "benchmarks.stub_host", "--step-s", str(STEP_S), *map(str, ports[i:i + PER_PROCESS])] for i in range(0, n, PER_PROCESS)]
     with _processes(hosts):
         for url in urls:
-            _wait(url + "/health", lambda r: r.status_code == 200)
+            _wait(url + "/health", lambda r: r.status_code == 200, 300)
         if not with_smg:
             yield urls, None
             return
@@ -115,8 +119,14 @@ def run(sizes: list[int], rounds: int, requests: int, with_smg: bool) -> dict:
     rows = []
     for n in sizes:
         progress(f"figure 6: {n} stub servers" + (" and smg" if with_smg else ""))
-        with fleet_of(n, with_smg) as (urls, gateway):
-            rows.append({"servers": n, **asyncio.run(measure(urls, gateway, rounds, requests))})
+        try:
+            with fleet_of(n, with_smg) as (urls, gateway):
+                rows.append({"servers": n, **asyncio.run(measure(urls, gateway, rounds, requests))})
+        except (RuntimeError, OSError, httpx.HTTPError) as exc:
+            # Recorded in the table, and the sizes already measured are kept.
+            rows.append({"servers": n, "client": [], "smg": [], "error": f"{type(exc).__name__}: {exc}"})
+            progress(f"figure 6: {n} servers failed: {rows[-1]['error']}")
+            continue
         progress(f"figure 6: {n} servers: client {stats(rows[-1]['client'])['median']:.0f} ms"
                  + (f", smg {stats(rows[-1]['smg'])['median']:.0f} ms" if rows[-1]["smg"] else ""))
     return {"figure": 6, "step_s": STEP_S, "rounds": rounds, "requests_per_server": requests, "per_process": PER_PROCESS, "rows": rows}
@@ -132,6 +142,7 @@ def table(data: dict) -> str:
             s = stats(r[w])
             cells += [f"{s['median']:.0f} / {s['p95']:.0f}", f"{s['median'] / base[w]:.2f}"] if s["n"] and base[w] else ["-", "-"]
         out.append(f"| {r['servers']} | " + " | ".join(cells) + " |")
+    out += [f"\nNot measured at {r['servers']} servers: {r['error']}" for r in data["rows"] if r.get("error")]
     return "\n".join(out)
 
 
