@@ -53,7 +53,7 @@ def bump_and_overhead_table(data: dict) -> str:
         rows.append(f"| 4. throughput, {o['requests']} requests (tokens/s, median) | {tput['native']:.0f} | {tput['plugin']:.0f} "
                     f"| {tput['plugin'] / tput['native']:.3f} |")
         rows.append(f"| 4. one short request (ms, median) | {short['native']:.1f} | {short['plugin']:.1f} "
-                    f"| +{short['plugin'] - short['native']:.1f} ms |")
+                    f"| {short['plugin'] - short['native']:+.1f} ms |")
     return "\n".join(rows)
 
 
