@@ -3,14 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 ENGINE ?= vllm
 PYTEST_ARGS ?=
+# make bench: which figures (1-7, comma-separated; all by default) and rounds per figure (10).
+BENCH_FIGURES ?=
+BENCH_ROUNDS ?=
 
-.PHONY: setup engines test test-fast demo clean
+.PHONY: setup engines test test-fast demo bench clean
 
 # The development environment: this package, editable, with its test tools.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+# The benchmarks' plots need matplotlib, which the tests do not.
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet -e '.[test,bench]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -31,6 +39,12 @@ test-fast: setup
 # A real engine with the plugin, driven by the client: ENGINE=vllm (default) or ENGINE=sglang.
 demo: setup
 	$(VENV)/bin/engine-plugins demo --engine $(ENGINE)
+
+# Every figure of the benchmark (or BENCH_FIGURES), BENCH_ROUNDS rounds each: writes
+# benchmarks/results/ (README.md with the tables, the raw JSON, PNG plots). Set BENCH_LOCK to a
+# file to hold it (flock) while each real-engine figure runs.
+bench: $(VENV)/.bench-installed engines
+	BENCH_FIGURES=$(BENCH_FIGURES) BENCH_ROUNDS=$(BENCH_ROUNDS) $(VENV)/bin/python -m benchmarks.run
 
 clean:
 	rm -rf $(VENV) .engines .pytest_cache

@@ -124,6 +124,16 @@ def summary(runs: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def run(rounds: int, requests: int = 16, loads_calls: int = 10) -> dict:
+    """Measure one API process, then two (figure 7 of ``make bench``); the raw figures."""
+    ensure_engine("vllm", REPO)
+    runs = []
+    for api_servers in (1, 2):
+        print(f"vLLM with {api_servers} API process(es):", flush=True)
+        runs.append(asyncio.run(measure(api_servers, rounds, requests, loads_calls)))
+    return {"requests": requests, "runs": runs}
+
+
 def main() -> None:
     """Measure one API process, then two; print the table and write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -131,14 +141,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--loads-calls", type=int, default=10, help="GET /v1/loads calls per round")
     args = parser.parse_args()
-    ensure_engine("vllm", REPO)
-    runs = []
-    for api_servers in (1, 2):
-        print(f"vLLM with {api_servers} API process(es):", flush=True)
-        runs.append(asyncio.run(measure(api_servers, args.rounds, args.requests, args.loads_calls)))
+    data = run(args.rounds, args.requests, args.loads_calls)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "vllm_api_servers.json").write_text(json.dumps({"requests": args.requests, "runs": runs}, indent=1))
-    print(summary(runs))
+    (RESULTS / "vllm_api_servers.json").write_text(json.dumps(data, indent=1))
+    print(summary(data["runs"]))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,16 @@ class InFlight:
     max_staleness: Optional[int] = None
     abort_reason: Optional[str] = None
     released: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _registry: Optional["InFlightRegistry"] = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Adapters set ``dispatched`` directly; the registry keeps its count of held entries
+        # in step, so that a load reading costs the same with ten or ten thousand in flight.
+        if name == "dispatched":
+            registry = self.__dict__.get("_registry")
+            if registry is not None and bool(value) != bool(self.__dict__.get("dispatched")):
+                registry._held += -1 if value else 1
+        object.__setattr__(self, name, value)
 
 
 class InFlightRegistry:
@@ -51,6 +61,9 @@ class InFlightRegistry:
         # Client id -> its entries by engine id, so that refusing a duplicate id and aborting by
         # id cost the same with ten or ten thousand requests in flight.
         self._by_request_id: dict[str, dict[str, InFlight]] = {}
+        # Counts kept as entries come and go (and are dispatched), for the same reason.
+        self._held = 0
+        self._by_generation: dict[int, int] = {}
         self.generation = 0
         """The weight-version generation new entries are admitted under (set by the control)."""
 
@@ -64,6 +77,9 @@ class InFlightRegistry:
             entry = InFlight(rid=rid, request_id=request_id or rid, dispatched=dispatched, admitted=self.generation)
             self._by_rid[rid] = entry
             self._by_request_id.setdefault(entry.request_id, {})[rid] = entry
+            self._held += not dispatched
+            self._by_generation[entry.admitted] = self._by_generation.get(entry.admitted, 0) + 1
+            entry._registry = self
         return entry
 
     def get(self, rid: str) -> Optional[InFlight]:
@@ -79,11 +95,18 @@ class InFlightRegistry:
                 same_id.pop(rid, None)
                 if not same_id:
                     del self._by_request_id[entry.request_id]
+            entry._registry = None
+            self._held -= not entry.dispatched
+            left = self._by_generation[entry.admitted] - 1
+            if left:
+                self._by_generation[entry.admitted] = left
+            else:
+                del self._by_generation[entry.admitted]
             entry.released.set()
 
     def held(self) -> int:
         """How many requests are accepted but not yet dispatched to the scheduler."""
-        return sum(1 for e in self._by_rid.values() if not e.dispatched)
+        return self._held
 
     def has_request_id(self, request_id: str) -> bool:
         """Whether a request with this client id is in flight."""
@@ -104,10 +127,7 @@ class InFlightRegistry:
 
     def by_admission(self) -> dict[int, int]:
         """How many entries were admitted under each generation, oldest first."""
-        counts: dict[int, int] = {}
-        for entry in sorted(self._by_rid.values(), key=lambda e: e.admitted):
-            counts[entry.admitted] = counts.get(entry.admitted, 0) + 1
-        return counts
+        return dict(sorted(self._by_generation.items()))
 
     @staticmethod
     async def wait_released(entries: Iterable[InFlight], timeout_s: float) -> bool:

@@ -34,3 +34,23 @@ async def test_wait_times_out_and_add_keeps_an_existing_entry():
     registry.release("ep-1")
     registry.release("ep-1")  # releasing twice is harmless
     assert await registry.wait_released([first], timeout_s=0.01) is True
+
+
+async def test_held_and_admission_counts_follow_dispatch_and_release():
+    # The registry keeps these counts as entries change instead of walking them on each read.
+    registry = InFlightRegistry()
+    a = registry.add("a")
+    registry.add("b", dispatched=True)
+    registry.generation = 1
+    c = registry.add("c")
+    assert registry.held() == 2 and registry.by_admission() == {0: 2, 1: 1}
+    a.dispatched = True
+    a.dispatched = True  # setting it again changes nothing
+    assert registry.held() == 1
+    registry.release("c")
+    registry.release("c")  # a second release of the same id is harmless
+    assert registry.held() == 0 and registry.by_admission() == {0: 2}
+    c.dispatched = False  # a released entry no longer counts
+    registry.release("a")
+    registry.release("b")
+    assert registry.held() == 0 and registry.by_admission() == {} and len(registry) == 0

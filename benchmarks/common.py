@@ -1,0 +1,68 @@
+"""What every benchmark shares: medians and p95, progress lines, and where results go."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Iterable
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+KEY = "bench-key"
+
+
+def p95(values: Iterable[float]) -> float:
+    """The 95th percentile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def stats(values: Iterable[float]) -> dict:
+    """Median, p95, min, max and count of *values* (an empty list gives only the count)."""
+    values = list(values)
+    if not values:
+        return {"n": 0}
+    return {"median": statistics.median(values), "p95": p95(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+_START = time.monotonic()
+
+
+def progress(message: str) -> None:
+    """One progress line on stderr, with the seconds since the run began."""
+    print(f"[bench {time.monotonic() - _START:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+def rounds_default(default: int = 10) -> int:
+    """``BENCH_ROUNDS`` from the environment (``make bench BENCH_ROUNDS=3``), else *default*."""
+    return int(os.environ.get("BENCH_ROUNDS") or default)
+
+
+def write_json(name: str, data: object) -> Path:
+    """Write *data* as ``benchmarks/results/<name>.json``; the path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def read_json(name: str) -> object:
+    """``benchmarks/results/<name>.json``, or None when that figure has not run."""
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def ms(seconds: float) -> float:
+    """Seconds in milliseconds."""
+    return seconds * 1000.0
+
+
+def stop_cleanly_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that the servers a benchmark started are stopped by
+    their ``finally`` blocks rather than left running."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -1,0 +1,290 @@
+"""Figures 1 to 4 on a real engine (SGLang or vLLM on the CPU, the tiny model): the engine
+without the plugin and with it, both servers up at once and the rounds alternating between
+them, so that both see the same machine.
+
+1. **abort to idle** with N requests running (N = 8, 32, 128): the plugin's
+   ``POST /abort_requests {"wait": true}``; the framework's own loop on the engine without the
+   plugin (SGLang: slime's ``abort_server_until_idle``: abort all, poll ``/v1/loads``, sleep 3 s;
+   vLLM: dev-mode ``POST /abort_requests {}``, then poll ``/metrics`` every 0.1 s until it shows
+   no request); the same native loop on the engine with the plugin; and in each case the time
+   until the last client had its answer. Each is also given as a multiple of the engine's decode
+   step at that batch (N requests of ``STEP_TOKENS`` tokens, wall time / tokens). Counted: how
+   often a loop declared idle while a client still had no answer, and how often its first poll
+   still saw requests.
+2. **tokens salvaged**: of the tokens the engine generated for the aborted requests (its
+   Prometheus generation-token counter, before and after), the share the clients received.
+3. **requests lost on a weight-version bump** with N requests running: the engine's own
+   ``/update_weight_version`` with its default body on the engine without the plugin, the
+   contract's on the engine with it; a request is lost if its answer is not a full generation.
+4. **overhead**: generation throughput (N requests of ``THROUGHPUT_TOKENS`` tokens, tokens per
+   second) with the plugin and without, alternating; and one short request's latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import time
+from typing import Any, Optional
+
+import httpx
+
+from engine_plugins.client.loads import parse_vllm_metrics
+from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+
+from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
+
+PROMPT = [1, 15, 27, 33, 41]
+LONG_TOKENS = 1500
+STEP_TOKENS = 32
+THROUGHPUT_TOKENS = 64
+SLIME_SLEEP_S = 3.0
+VLLM_POLL_S = 0.1
+COUNTS = (8, 32, 128)
+
+# --- the engines' own wire shapes ----------------------------------------------------
+
+
+def num_requests_from_load(load: Any) -> int:
+    """slime's ``server_control.py:12-29`` (THUDM/slime at 624b824a): the request count of a loads answer."""
+    if isinstance(load, list):
+        return sum(num_requests_from_load(item) for item in load)
+    if not isinstance(load, dict):
+        return 0
+    if "loads" in load:
+        return num_requests_from_load(load["loads"])
+    for key in ("num_reqs", "num_total_reqs", "total_reqs"):
+        value = load.get(key)
+        if isinstance(value, int):
+            return value
+    running = load.get("num_running_reqs", load.get("total_running_reqs"))
+    waiting = load.get("num_waiting_reqs", load.get("total_waiting_reqs"))
+    return (running if isinstance(running, int) else 0) + (waiting if isinstance(waiting, int) else 0)
+
+
+_COUNTER = re.compile(r"^(sglang|vllm):generation_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+]+)", re.M)
+
+
+class Engine:
+    """One running server and how to talk to it natively and through the contract."""
+
+    def __init__(self, engine: str, url: str, plugin: bool) -> None:
+        self.engine, self.url, self.plugin = engine, url, plugin
+        # Idle connections are dropped well before the servers' keep-alive (uvicorn: 5 s) closes
+        # them, so that a call never goes out on a connection the server is closing.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=1.0)
+        self.http = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600, limits=limits)
+
+    async def native_request(self, max_tokens: int) -> dict:
+        """One native generation (SGLang ``/generate``, vLLM ``/v1/completions``); its answer as
+        ``{"tokens", "full"}``."""
+        if self.engine == "sglang":
+            r = await self.http.post("/generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True}})
+            body = r.json() if r.status_code == 200 else {}
+            meta = body.get("meta_info", {}) if isinstance(body, dict) else {}
+            tokens = int(meta.get("completion_tokens", 0))
+            return {"tokens": tokens, "full": tokens >= max_tokens and (meta.get("finish_reason") or {}).get("type") == "length"}
+        r = await self.http.post("/v1/completions", json={"model": self.model, "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True})
+        body = r.json() if r.status_code == 200 else {}
+        tokens = int((body.get("usage") or {}).get("completion_tokens", 0)) if isinstance(body, dict) else 0
+        choices = body.get("choices") or [{}] if isinstance(body, dict) else [{}]
+        return {"tokens": tokens, "full": tokens >= max_tokens and choices[0].get("finish_reason") == "length"}
+
+    async def contract_request(self, max_tokens: int) -> dict:
+        """One ``/partial_generate``; ``{"tokens", "full"}``."""
+        r = await self.http.post("/partial_generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True}})
+        r.raise_for_status()
+        body = r.json()
+        return {"tokens": len(body["output_ids"]), "full": body["finish_reason"] == "length" and len(body["output_ids"]) >= max_tokens}
+
+    async def setup(self) -> None:
+        """Learn vLLM's model name."""
+        if self.engine == "vllm":
+            self.model = (await self.http.get("/v1/models")).json()["data"][0]["id"]
+
+    async def running(self) -> int:
+        """Requests the engine itself counts (SGLang's ``/v1/loads``, vLLM's ``/metrics``)."""
+        if self.engine == "sglang":
+            return num_requests_from_load((await self.http.get("/v1/loads?include=core")).json())
+        return parse_vllm_metrics((await self.http.get("/metrics")).text).total
+
+    async def generated_tokens(self) -> float:
+        """The engine's generation-token counter, summed over its labels."""
+        text = (await self.http.get("/metrics")).text
+        return sum(float(m.group(2)) for m in _COUNTER.finditer(text))
+
+    async def native_loop(self) -> dict:
+        """The framework's abort loop; ``{"first_poll_saw", "polls"}``."""
+        first, polls = None, 0
+        while True:
+            if self.engine == "sglang":
+                await self.http.post("/abort_request", json={"abort_all": True})
+            elif polls == 0:
+                await self.http.post("/abort_requests", json={})
+            count = await self.running()
+            polls += 1
+            first = count if first is None else first
+            if count <= 0:
+                return {"first_poll_saw": first, "polls": polls}
+            await asyncio.sleep(SLIME_SLEEP_S if self.engine == "sglang" else VLLM_POLL_S)
+
+    async def plugin_abort(self) -> dict:
+        """The contract's abort with wait."""
+        r = await self.http.post("/abort_requests", json={"wait": True})
+        r.raise_for_status()
+        return r.json()
+
+    async def fill(self, n: int, contract: bool, max_tokens: int = LONG_TOKENS) -> list[asyncio.Task]:
+        """*n* long requests, returned once the engine runs them all."""
+        make = self.contract_request if contract else self.native_request
+        tasks = [asyncio.ensure_future(make(max_tokens)) for _ in range(n)]
+        deadline = time.monotonic() + 300
+        while await self.running() < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.engine}: {n} requests never all ran")
+            done = [t for t in tasks if t.done() and t.exception()]
+            if done:
+                raise RuntimeError(f"{self.engine}: a request failed: {done[0].exception()!r}")
+            await asyncio.sleep(0.02)
+        return tasks
+
+
+# --- figures ------------------------------------------------------------------------
+
+
+async def decode_step_ms(e: Engine, n: int) -> float:
+    """Wall time per token of *n* requests of STEP_TOKENS tokens run together."""
+    start = time.perf_counter()
+    await asyncio.gather(*[e.native_request(STEP_TOKENS) for _ in range(n)])
+    return ms(time.perf_counter() - start) / STEP_TOKENS
+
+
+async def abort_round(e: Engine, n: int, way: str) -> dict:
+    """One abort-to-idle round: *way* is ``plugin`` (contract abort with wait) or ``native``."""
+    contract = way == "plugin"
+    tokens_before = await e.generated_tokens()
+    tasks = await e.fill(n, contract)
+    start = time.perf_counter()
+    if contract:
+        outcome = await e.plugin_abort()
+        if not outcome.get("idle"):
+            raise RuntimeError(f"{e.engine}: the plugin's abort with wait did not end idle: {outcome}")
+        declared = {"first_poll_saw": None, "polls": 0}
+    else:
+        declared = await e.native_loop()
+    idle_ms = ms(time.perf_counter() - start)
+    still_running = sum(not t.done() for t in tasks)
+    answers = await asyncio.gather(*tasks)
+    last_ms = ms(time.perf_counter() - start)
+    await asyncio.sleep(0.2)  # the counter is updated after the step that ends the requests
+    generated = await e.generated_tokens() - tokens_before
+    received = sum(a["tokens"] for a in answers)
+    return {"declared_idle_ms": idle_ms, "last_answer_ms": last_ms, "clients_without_answer_at_idle": still_running,
+            "first_poll_saw": declared["first_poll_saw"], "polls": declared["polls"],
+            "generated_tokens": generated, "received_tokens": received}
+
+
+async def bump_round(e: Engine, n: int) -> dict:
+    """One weight-version bump with *n* requests running; how many were lost."""
+    tasks = await e.fill(n, e.plugin, max_tokens=STEP_TOKENS * 4)
+    version = f"v-{time.time_ns()}"
+    # The same body on both: the engine's own route keeps its default (SGLang's aborts every
+    # request, vLLM's never does); the contract's route keeps them all.
+    (await e.http.post("/update_weight_version", json={"new_version": version})).raise_for_status()
+    answers = await asyncio.gather(*tasks)
+    return {"lost": sum(not a["full"] for a in answers), "requests": n}
+
+
+async def throughput_round(e: Engine, n: int) -> dict:
+    """Tokens per second of *n* native requests of THROUGHPUT_TOKENS, and one short request's latency."""
+    start = time.perf_counter()
+    answers = await asyncio.gather(*[e.native_request(THROUGHPUT_TOKENS) for _ in range(n)])
+    seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    await e.native_request(1)
+    return {"tokens_per_s": sum(a["tokens"] for a in answers) / seconds, "short_ms": ms(time.perf_counter() - start)}
+
+
+async def measure(engine: str, native: Engine, plugin: Engine, rounds: int, counts: tuple[int, ...], figures: set[int]) -> dict:
+    """Every figure asked for, the rounds alternating between the two servers."""
+    out: dict[str, Any] = {"engine": engine, "rounds": rounds, "counts": list(counts), "abort": {}, "bump": {}, "overhead": {}}
+    for e in (native, plugin):
+        await e.setup()
+        await abort_round(e, 2, "plugin" if e is plugin else "native")  # warm-up, not counted
+    if figures & {1, 2}:
+        for n in counts:
+            steps = []
+            rows: dict[str, list[dict]] = {"plugin abort with wait": [], "native loop, no plugin": [], "native loop, with plugin": []}
+            for i in range(rounds):
+                steps.append(await decode_step_ms(native if i % 2 else plugin, n))
+                rows["native loop, no plugin"].append(await abort_round(native, n, "native"))
+                rows["plugin abort with wait"].append(await abort_round(plugin, n, "plugin"))
+                rows["native loop, with plugin"].append(await abort_round(plugin, n, "native"))
+                progress(f"{engine} figure 1/2: {n} in flight, round {i + 1}/{rounds}: plugin "
+                         f"{rows['plugin abort with wait'][-1]['declared_idle_ms']:.0f} ms, native "
+                         f"{rows['native loop, no plugin'][-1]['declared_idle_ms']:.0f} ms, step {steps[-1]:.1f} ms")
+            out["abort"][str(n)] = {"decode_step_ms": steps, "ways": rows}
+    if 3 in figures:
+        n = counts[len(counts) // 2]
+        for e, name in ((native, "native default"), (plugin, "plugin")):
+            out["bump"][name] = []
+        for i in range(rounds):
+            out["bump"]["native default"].append(await bump_round(native, n))
+            out["bump"]["plugin"].append(await bump_round(plugin, n))
+        progress(f"{engine} figure 3: lost {sum(r['lost'] for r in out['bump']['native default'])} native, "
+                 f"{sum(r['lost'] for r in out['bump']['plugin'])} plugin")
+    if 4 in figures:
+        n = counts[len(counts) // 2]
+        out["overhead"] = {"requests": n, "native": [], "plugin": []}
+        for i in range(rounds):
+            order = ((native, "native"), (plugin, "plugin")) if i % 2 == 0 else ((plugin, "plugin"), (native, "native"))
+            for e, name in order:
+                out["overhead"][name].append(await throughput_round(e, n))
+        progress(f"{engine} figure 4: done")
+    return out
+
+
+@contextlib.contextmanager
+def servers(engine: str):
+    """The engine without the plugin and with it, both up; fails loudly (the log tail) if either cannot start."""
+    native_env = {"SGLANG_PLUGINS": "no_such_plugin"} if engine == "sglang" else {"VLLM_PLUGINS": "no_such_plugin", "VLLM_SERVER_DEV_MODE": "1"}
+    plugin_env = {} if engine == "sglang" else {"VLLM_PLUGINS": "engine_plugins"}
+    extra = ["--enable-metrics"] if engine == "sglang" else []
+    progress(f"starting {engine} without the plugin and with it")
+    with EngineServer(engine, REPO, api_key=KEY, env=native_env, extra_args=extra) as a, \
+            EngineServer(engine, REPO, api_key=KEY, env=plugin_env, extra_args=extra) as b:
+        progress(f"{engine} servers up: {a.url} (no plugin), {b.url} (plugin)")
+        yield a.url, b.url
+
+
+def run(engine: str, rounds: int, counts: tuple[int, ...], figures: set[int]) -> dict:
+    """Figures 1-4 on *engine*; the raw data."""
+    ensure_engine(engine, REPO)
+    with servers(engine) as (native_url, plugin_url):
+        async def go() -> dict:
+            native, plugin = Engine(engine, native_url, False), Engine(engine, plugin_url, True)
+            try:
+                return await measure(engine, native, plugin, rounds, counts, figures)
+            finally:
+                await native.http.aclose()
+                await plugin.http.aclose()
+        return asyncio.run(go())
+
+
+def main() -> None:
+    """Figures 1-4 on one engine; writes ``benchmarks/results/real_<engine>.json``."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("engine", choices=["sglang", "vllm"])
+    parser.add_argument("--rounds", type=int, default=rounds_default())
+    parser.add_argument("--counts", type=int, nargs="+", default=list(COUNTS))
+    parser.add_argument("--figures", type=int, nargs="+", default=[1, 2, 3, 4])
+    args = parser.parse_args()
+    stop_cleanly_on_sigterm()
+    data = run(args.engine, args.rounds, tuple(args.counts), set(args.figures))
+    write_json(f"real_{args.engine}", data)
+
+
+if __name__ == "__main__":
+    main()

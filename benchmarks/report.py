@@ -1,0 +1,173 @@
+"""The results of every figure that has run: ``benchmarks/results/README.md`` (the markdown
+tables) and one PNG plot per figure (matplotlib), from the raw JSON the figures wrote."""
+
+from __future__ import annotations
+
+import platform
+import statistics
+from pathlib import Path
+from typing import Optional
+
+from . import fleets, stub_scaling
+from .common import RESULTS, read_json, stats
+from .vllm_api_servers import summary as api_servers_table
+
+ENGINES = ("sglang", "vllm")
+WAYS = ("plugin abort with wait", "native loop, no plugin", "native loop, with plugin")
+
+
+def _med(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def abort_table(data: dict) -> str:
+    """Figures 1 and 2 of one engine: declared idle, last answer, x decode step, native loop's
+    mistakes, tokens salvaged."""
+    rows = ["| in flight | way | declared idle, median / p95 (ms) | last client's answer, median / p95 (ms) | x decode step "
+            "| idle declared with clients unanswered | first poll saw requests | tokens salvaged |", "|---|---|---|---|---|---|---|---|"]
+    for n, fig in data["abort"].items():
+        step = _med(fig["decode_step_ms"])
+        for way in WAYS:
+            rs = fig["ways"][way]
+            idle, last = stats(r["declared_idle_ms"] for r in rs), stats(r["last_answer_ms"] for r in rs)
+            early = sum(r["clients_without_answer_at_idle"] > 0 for r in rs)
+            first = "-" if way == WAYS[0] else f"{sum((r['first_poll_saw'] or 0) > 0 for r in rs)}/{len(rs)}"
+            generated, received = sum(r["generated_tokens"] for r in rs), sum(r["received_tokens"] for r in rs)
+            share = f"{100 * received / generated:.0f}%" if generated else "-"
+            rows.append(f"| {n} | {way} | {idle['median']:.0f} / {idle['p95']:.0f} | {last['median']:.0f} / {last['p95']:.0f} "
+                        f"| {idle['median'] / step:.1f} (step {step:.1f} ms) | {early}/{len(rs)} | {first} | {share} |")
+    return "\n".join(rows)
+
+
+def bump_and_overhead_table(data: dict) -> str:
+    """Figures 3 and 4 of one engine."""
+    rows = ["| figure | no plugin | plugin | plugin / no plugin |", "|---|---|---|---|"]
+    if data.get("bump"):
+        lost = {w: (sum(r["lost"] for r in rs), sum(r["requests"] for r in rs)) for w, rs in data["bump"].items()}
+        rows.append(f"| 3. requests lost on a weight-version bump | {lost['native default'][0]}/{lost['native default'][1]} "
+                    f"| {lost['plugin'][0]}/{lost['plugin'][1]} | - |")
+    if data.get("overhead"):
+        o = data["overhead"]
+        tput = {w: _med([r["tokens_per_s"] for r in o[w]]) for w in ("native", "plugin")}
+        short = {w: _med([r["short_ms"] for r in o[w]]) for w in ("native", "plugin")}
+        rows.append(f"| 4. throughput, {o['requests']} requests (tokens/s, median) | {tput['native']:.0f} | {tput['plugin']:.0f} "
+                    f"| {tput['plugin'] / tput['native']:.3f} |")
+        rows.append(f"| 4. one short request (ms, median) | {short['native']:.1f} | {short['plugin']:.1f} "
+                    f"| {short['plugin'] - short['native']:+.1f} ms |")
+    return "\n".join(rows)
+
+
+def plots() -> list[Path]:
+    """One PNG per figure that has data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    for engine in ENGINES:
+        data = read_json(f"real_{engine}")
+        if not data or not data.get("abort"):
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4))
+        counts = list(data["abort"])
+        for way in WAYS:
+            ax.plot(counts, [_med([r["declared_idle_ms"] for r in data["abort"][n]["ways"][way]]) for n in counts], "o-", label=way)
+        ax.plot(counts, [_med(data["abort"][n]["decode_step_ms"]) for n in counts], "k--", label="one decode step")
+        ax.set(yscale="log", xlabel="requests in flight", ylabel="ms (median)", title=f"{engine}: abort to idle")
+        ax.legend(fontsize=8)
+        made.append(_save(fig, f"abort_to_idle_{engine}.png"))
+    scaling = read_json("stub_scaling")
+    if scaling:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        xs = [r["in_flight"] for r in scaling["rows"]]
+        for op in stub_scaling.OPS:
+            for view, style in (("server", "o-"), ("client", "s--")):
+                if all(view in r for r in scaling["rows"]):
+                    ax.plot(xs, [_med(r[view][op]) for r in scaling["rows"]], style, label=f"{op} ({view})")
+        ax.set(xscale="log", yscale="log", xlabel="requests in flight", ylabel="ms (median)", title="stub: cost per call vs in flight")
+        ax.legend(fontsize=7)
+        made.append(_save(fig, "stub_scaling.png"))
+    fleet = read_json("fleets")
+    if fleet:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        xs = [r["servers"] for r in fleet["rows"]]
+        for way in ("client", "smg"):
+            if all(r[way] for r in fleet["rows"]):
+                ax.plot(xs, [_med(r[way]) for r in fleet["rows"]], "o-", label=way)
+        ax.set(xscale="log", xlabel="stub servers", ylabel="abort until idle, ms (median)", title="fleets")
+        ax.legend()
+        made.append(_save(fig, "fleets.png"))
+    api = read_json("vllm_api_servers")
+    if api:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        labels = [str(r["api_servers"]) for r in api["runs"]]
+        for key, label in (("abort_ms", "abort with wait"), ("last_answer_ms", "last answer")):
+            ax.plot(labels, [_med([x[key] for x in r["rounds"]]) for r in api["runs"]], "o-", label=label)
+        ax.set(xlabel="vLLM API processes", ylabel="ms (median)", title="vLLM: several API processes")
+        ax.legend()
+        made.append(_save(fig, "vllm_api_servers.png"))
+    return made
+
+
+def _save(fig, name: str) -> Path:
+    path = RESULTS / name
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def markdown(command: Optional[str] = None) -> str:
+    """Every table, with the machine and the command."""
+    parts = ["# Benchmark results", "",
+             f"Machine: {_cpu()}, {_cores()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}."]
+    if command:
+        parts.append(f"Command: `{command}`.")
+    for engine in ENGINES:
+        data = read_json(f"real_{engine}")
+        if data:
+            parts += ["", f"## {engine}: figures 1-4 ({data['rounds']} rounds)", ""]
+            if data.get("abort"):
+                parts += ["Figures 1 and 2, abort to idle and tokens salvaged:", "", abort_table(data), ""]
+            parts += [bump_and_overhead_table(data)]
+    scaling = read_json("stub_scaling")
+    if scaling:
+        parts += ["", f"## Figure 5: stub, one step every {scaling['step_s']} s, median / p95 (ms), {scaling['rounds']} rounds", "",
+                  stub_scaling.table(scaling)]
+    fleet = read_json("fleets")
+    if fleet:
+        parts += ["", f"## Figure 6: fleets of stubs (one step every {fleet.get('step_s', 0.004)} s), {fleet['requests_per_server']} requests each, {fleet['rounds']} rounds", "", fleets.table(fleet)]
+    api = read_json("vllm_api_servers")
+    if api:
+        parts += ["", f"## Figure 7: vLLM with several API processes, {api['requests']} requests", "", api_servers_table(api["runs"])]
+    return "\n".join(parts) + "\n"
+
+
+def _cpu() -> str:
+    """The CPU's model name (Linux), else the architecture."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def write(command: Optional[str] = None) -> list[Path]:
+    """Write the markdown and the plots; the paths written."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "README.md"
+    path.write_text(markdown(command))
+    return [path, *plots()]
+
+
+if __name__ == "__main__":
+    for p in write():
+        print(p)
