@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from ..config import ConfigError, load_settings
 from . import exit_codes
 
-EPILOG = """exit codes: 0 ok; 1 some server failed (or the demo failed); 2 usage or configuration error;
+EPILOG = """exit codes: 0 ok; 1 some server failed (or the demo failed, or patch cannot apply); 2 usage or configuration error;
 3 timed out (a server did not answer, or was not idle, by the deadline); 4 doctor found problems.
 The API key is --api-key, else ENGINE_PLUGINS_API_KEY."""
 
