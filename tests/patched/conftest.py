@@ -39,13 +39,14 @@ class UnpluggedServer(EngineServer):
         return env
 
 
-def patched_overlay(engine: str) -> Path:
-    """The pinned *engine*'s package with its patch applied, as an overlay (built once)."""
-    paths = ensure_engine(engine, REPO)
+def patched_overlay(engine: str, version: str | None = None) -> tuple[Path, Path]:
+    """The *engine* package of the pinned venv (or of *version*'s layered venv) with its patch
+    applied, as an overlay (built once); with that venv's python."""
+    paths = ensure_engine(engine, REPO, version=version)
     [site] = (paths.venv / "lib").glob("python3.*/site-packages")
-    version = PINNED[engine]
+    version = version or PINNED[engine]
     patch = patching.patch_for(engine, version, REPO / "patches")
-    return patching.build_overlay(site / engine, patch, engines_dir() / f"{engine}-patched" / version)
+    return patching.build_overlay(site / engine, patch, engines_dir() / f"{engine}-patched" / version), paths.python
 
 
 def pytest_collection_modifyitems(config, items):
@@ -70,7 +71,7 @@ def pytest_configure(config):
 @pytest.fixture(scope="module")
 def patched_sglang(tmp_path_factory):
     """A real SGLang 0.5.23 from its patched overlay, no plugin, with the suite's API key."""
-    overlay = patched_overlay("sglang")
+    overlay, _ = patched_overlay("sglang")
     with UnpluggedServer("sglang", overlay, api_key=API_KEY, extra_args=["--enable-metrics"],
                          log_path=tmp_path_factory.mktemp("patched-sglang") / "sglang.log") as server:
         yield server
@@ -80,7 +81,7 @@ def patched_sglang(tmp_path_factory):
 def patched_vllm(tmp_path_factory):
     """A real vLLM 0.32 from its patched overlay, no plugin, in dev mode (its RL routes), with
     the suite's API key."""
-    overlay = patched_overlay("vllm")
+    overlay, _ = patched_overlay("vllm")
     with UnpluggedServer("vllm", overlay, api_key=API_KEY, env={"VLLM_SERVER_DEV_MODE": "1"},
                          log_path=tmp_path_factory.mktemp("patched-vllm") / "vllm.log") as server:
         yield server

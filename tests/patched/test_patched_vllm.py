@@ -4,11 +4,18 @@ mode, for vLLM's own RL routes): its own routes behave as the patch's header say
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
 
+from engine_versions import SUPPORTED
+
+from .conftest import patched_overlay
 from .native import Native
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real, pytest.mark.patched_engine("vllm")]
@@ -63,3 +70,26 @@ async def test_abort_answers_the_requests_actually_aborted_and_loads_count_them(
         assert response.status_code == 200, response.text
         assert response.json()["choices"][0]["finish_reason"] == "abort"
         assert 0 < response.json()["usage"]["completion_tokens"] < LONG
+
+
+# Every vLLM release with a venv here: the pinned one and the layered ones.
+WITH_VENV = [r for r in SUPPORTED if r.engine == "vllm" and r.tested in ("pinned", "real")]
+
+
+@pytest.mark.parametrize("release", WITH_VENV, ids=str)
+def test_a_request_not_yet_in_the_engine_core_is_covered_by_abort_and_counted_as_waiting(release):
+    """The patched AsyncLLM code of each release, in its own venv (vllm_fence_check.py): a real
+    server cannot hold a request between generate() and its add long enough to abort it there."""
+    overlay, python = patched_overlay("vllm", None if release.tested == "pinned" else release.version)
+    env = {**os.environ, "PYTHONPATH": str(overlay)}
+    result = subprocess.run([str(python), str(Path(__file__).with_name("vllm_fence_check.py"))], env=env,
+                            capture_output=True, text=True, timeout=300, cwd=overlay)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    for how in ("by_id", "abort_all"):
+        run = seen[how]
+        assert run["counts_while_held"] == [[0, 1]], "counted as waiting while held"
+        assert run["aborted"] == 1 and run["abort_again"] == 0, "counted once"
+        # The abort follows the add to the engine core, never precedes it (where it would be lost).
+        assert run["events"] == ["add ext-1-abcd1234", "abort ext-1-abcd1234"], run["events"]
+        assert run["finish_reasons"] == ["abort"] and run["counts_after"] == [[0, 0]]
