@@ -110,6 +110,9 @@ def available_patches(patches_dir: Path = PATCHES_DIR) -> dict[tuple[str, str], 
 
 def patch_for(engine: str, version: str, patches_dir: Path = PATCHES_DIR) -> Path:
     """The patch made for exactly *engine* *version*; a PatchError naming the versions there are."""
+    if not Path(patches_dir).is_dir():
+        # The wheel ships the package only; the patches are in a checkout (or a copy of patches/).
+        raise PatchError(f"no patches folder at {patches_dir}: give --patches-dir, the patches/ folder of an engine-plugins checkout")
     patches = available_patches(patches_dir)
     if (engine, version) in patches:
         return patches[(engine, version)]

@@ -132,3 +132,10 @@ def test_an_overlay_links_the_package_and_owns_only_the_patched_files(wheels, tm
         assert (overlay / rel).read_bytes() != (package.parent / rel).read_bytes()
         assert (package.parent / rel).read_bytes() == (wheel_source(release) / rel).read_bytes(), "original untouched"
     assert patching.build_overlay(package, patch, tmp_path / "overlay") == overlay  # idempotent
+
+
+def test_the_patch_command_names_a_missing_patches_folder(wheels, tmp_path, monkeypatch, capsys):
+    release = next(r for r in SUPPORTED if r.engine == "sglang" and r.tested == "pinned")
+    site, _ = _fake_site(tmp_path, release)
+    code, report = _cli(monkeypatch, capsys, site, "--check", "--patches-dir", str(tmp_path / "nowhere"))
+    assert code == 1 and "no patches folder" in report["error"] and "--patches-dir" in report["error"]

@@ -37,8 +37,8 @@ async def test_a_version_bump_keeps_a_running_request_and_abort_by_rid_counts_it
         await sglang.wait_counts("the request running", lambda running, waiting: running >= 1)
         # SGLang's usual payload: without the patch this aborted the request.
         bump = await sglang.ok("POST", "/update_weight_version", {"new_version": new})
-        await asyncio.sleep(0)  # let a lost request's answer arrive, if the bump had aborted it
-        assert not task.done(), f"the bump ended the request: {task.result().text if task.done() else ''}"
+        # Still in flight after the bump: the abort finds it (a request the bump had aborted would
+        # count 0, its abort already sent).
         first = await sglang.ok("POST", "/abort_request", {"rid": rid})
         again = await sglang.ok("POST", "/abort_request", {"rid": rid})
         response = await task
@@ -50,7 +50,8 @@ async def test_a_version_bump_keeps_a_running_request_and_abort_by_rid_counts_it
     out = response.json()
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
     assert 0 < len(out["output_ids"]) < LONG
-    assert out["meta_info"]["weight_versions"][-1]["version"] == new, "later tokens carry the new version"
+    last = out["meta_info"]["weight_versions"][-1]
+    assert last["version"] == new and last["end"] - last["start"] >= 1, "it generated on after the bump, under the new version"
 
 
 async def test_requests_held_at_the_pause_gate_are_counted_and_aborted_for_good(patched_sglang):
