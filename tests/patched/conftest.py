@@ -24,10 +24,11 @@ PINNED = {r.engine: r.version for r in SUPPORTED if r.tested == "pinned"}
 
 class UnpluggedServer(EngineServer):
     """A real engine server run from *overlay* (ahead of its venv), without this project's plugin:
-    the plugin's folder is left off ``PYTHONPATH`` and no vLLM plugin is named."""
+    neither the plugin's folder nor this checkout is on the server's path, and no vLLM plugin is
+    allowed."""
 
     def __init__(self, engine: str, overlay: Path, **kwargs) -> None:
-        super().__init__(engine, REPO, **kwargs)
+        super().__init__(engine, REPO, **kwargs)  # version=: that release's layered venv
         self.overlay = overlay
 
     def environment(self) -> dict[str, str]:
@@ -35,7 +36,11 @@ class UnpluggedServer(EngineServer):
         env = super().environment()
         shim = str(self.paths.shim_dir) if self.paths.shim_dir else None
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.overlay), shim) if p)
-        env.pop("VLLM_PLUGINS", None)
+        # `python -m` would put the server's working directory, this checkout, first on sys.path,
+        # where the editable install's metadata lists the plugin's entry points.
+        env["PYTHONSAFEPATH"] = "1"
+        # An empty allowlist: no vLLM plugin of any group loads (unset, general plugins all would).
+        env["VLLM_PLUGINS"] = ""
         return env
 
 
@@ -68,12 +73,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "patched_engine(engine): drives a real patched engine without the plugin")
 
 
-@pytest.fixture(scope="module")
-def patched_sglang(tmp_path_factory):
-    """A real SGLang 0.5.23 from its patched overlay, no plugin, with the suite's API key."""
-    overlay, _ = patched_overlay("sglang")
-    with UnpluggedServer("sglang", overlay, api_key=API_KEY, extra_args=["--enable-metrics"],
-                         log_path=tmp_path_factory.mktemp("patched-sglang") / "sglang.log") as server:
+# The SGLang releases whose patched server runs the checks: the pinned one (each other release's
+# patch has the same changes, fitted to its code; tests/test_patches.py applies every one).
+SGLANG_SERVED = [r for r in SUPPORTED if r.engine == "sglang" and r.tested == "pinned"]
+
+
+@pytest.fixture(scope="module", params=SGLANG_SERVED, ids=str)
+def patched_sglang(request, tmp_path_factory):
+    """A real SGLang from its patched overlay, no plugin, with the suite's API key."""
+    release = request.param
+    version = None if release.tested == "pinned" else release.version
+    overlay, _ = patched_overlay("sglang", version)
+    with UnpluggedServer("sglang", overlay, api_key=API_KEY, extra_args=["--enable-metrics"], version=version,
+                         log_path=tmp_path_factory.mktemp(f"patched-sglang-{release.version}") / "sglang.log") as server:
         yield server
 
 
