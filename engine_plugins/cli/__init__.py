@@ -1,5 +1,5 @@
 """The ``engine-plugins`` command: ``doctor``, ``loads``, ``abort``, ``pause``, ``resume``,
-``version`` and ``demo``. Exit codes: :mod:`.exit_codes`."""
+``version``, ``demo`` and ``patch``. Exit codes: :mod:`.exit_codes`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from ..config import ConfigError, load_settings
 from . import exit_codes
 
-EPILOG = """exit codes: 0 ok; 1 some server failed (or the demo failed); 2 usage or configuration error;
+EPILOG = """exit codes: 0 ok; 1 some server failed (or the demo failed, or patch cannot apply); 2 usage or configuration error;
 3 timed out (a server did not answer, or was not idle, by the deadline); 4 doctor found problems.
 The API key is --api-key, else ENGINE_PLUGINS_API_KEY."""
 
@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=_positive_int, default=8, help="samples in the batch (default 8)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=1024, help="tokens per sample (default 1024)")
     p.add_argument("--abort-after", type=_seconds, default=0.3, metavar="S", help="seconds of generation before the abort (default 0.3)")
+    from .patch_command import add_parser as add_patch_parser
+
+    add_patch_parser(sub, [common])
     return parser
 
 
@@ -105,6 +108,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .doctor_command import run as run_doctor
 
         return run_doctor(args)
+    if args.command == "patch":
+        from .patch_command import run as run_patch
+
+        return run_patch(args)
     api_key = args.api_key
     if api_key is None:
         try:
