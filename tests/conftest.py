@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine_versions import SMOKE_ONLY, VERSION_TARGETS, in_smoke
-from targets import TARGETS, Target
+from targets import OPT_IN_TARGETS, TARGETS, Target
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -13,13 +13,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--target",
         action="append",
         default=None,
-        help=f"run the contract suite against these targets only (default: all of {', '.join(TARGETS)})",
+        help=f"run the contract suite against these targets only (default: all of {', '.join(TARGETS)}, "
+        f"except {', '.join(sorted(OPT_IN_TARGETS))}, which run only when named)",
     )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "target" in metafunc.fixturenames:
-        chosen = metafunc.config.getoption("target") or list(TARGETS)
+        chosen = metafunc.config.getoption("target") or [t for t in TARGETS if t not in OPT_IN_TARGETS]
         unknown = [t for t in chosen if t not in TARGETS]
         if unknown:
             raise pytest.UsageError(f"unknown --target {unknown}: known are {list(TARGETS)}")
@@ -37,7 +38,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # behaviour, when it cannot arrange its situation in time. The engines' CPU placement
 # (engine_plugins/launcher/cpu.py) is what keeps that from happening; a rerun is only the last
 # guard against a machine that stalls anyway, and the summary counts them ("rerun").
-REAL_TARGETS = {"sglang", "vllm", "vllm-api2", *VERSION_TARGETS}
+REAL_TARGETS = {"sglang", "vllm", "vllm-api2", "vllm-dp2", *VERSION_TARGETS}
 SETUP_RERUNS = 2
 
 

@@ -135,6 +135,10 @@ TARGETS: dict[str, Callable[[Path], ContextManager[Target]]] = {
 }
 
 
+# Targets too slow for every run: only run when named (--target NAME).
+OPT_IN_TARGETS: set[str] = set()
+
 # Each engine adds its targets in a module of its own, tests/targets_<engine>.py, defining TARGETS.
 for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
     TARGETS.update(importlib.import_module(_module.stem).TARGETS)
+    OPT_IN_TARGETS |= getattr(importlib.import_module(_module.stem), "OPT_IN_TARGETS", set())

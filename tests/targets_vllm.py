@@ -54,7 +54,12 @@ TARGETS = {
     # Two API server processes (vLLM's default with --data-parallel-size 2) on one engine core.
     # Dev mode: each process's contract routes replace vLLM's RL routes of the same paths.
     "vllm-api2": lambda tmp: real_vllm_server(tmp, "--api-server-count", "2", env={"VLLM_SERVER_DEV_MODE": "1"}, name="vllm-api2"),
+    # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
+    # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
+    # cores, so it runs only when named (OPT_IN_TARGETS).
+    "vllm-dp2": lambda tmp: real_vllm_server(tmp, "--data-parallel-size", "2", env={"VLLM_CPU_OMP_THREADS_BIND": "0|0"}, name="vllm-dp2"),
 }
+OPT_IN_TARGETS = {"vllm-dp2"}
 for _release in SUPPORTED:
     if _release.engine == "vllm" and _release.tested == "real":
         TARGETS[str(_release)] = lambda tmp, v=_release.version: real_vllm_server(

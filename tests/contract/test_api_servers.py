@@ -16,7 +16,7 @@ import pytest
 from contract.api import Api, assert_partial
 from engine_plugins.schema import AbortResult, LoadsResult, PartialGenerateResult
 
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-stub-api3", "vllm-api2")]
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-stub-api3", "vllm-api2", "vllm-dp2")]
 
 HEADER = "engine-plugins-api-server"
 N = 12
