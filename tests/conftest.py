@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine_versions import SMOKE_ONLY, VERSION_TARGETS, in_smoke
+from targets import REAL_TARGETS as REAL_ENGINE_TARGETS
 from targets import TARGETS, Target
 
 
@@ -37,7 +38,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # behaviour, when it cannot arrange its situation in time. The engines' CPU placement
 # (engine_plugins/launcher/cpu.py) is what keeps that from happening; a rerun is only the last
 # guard against a machine that stalls anyway, and the summary counts them ("rerun").
-REAL_TARGETS = {"sglang", "vllm", *VERSION_TARGETS}
+REAL_TARGETS = {*REAL_ENGINE_TARGETS, *VERSION_TARGETS}
 SETUP_RERUNS = 2
 
 

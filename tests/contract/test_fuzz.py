@@ -46,9 +46,10 @@ from engine_plugins.schema import (
     UpdateWeightVersionRequest,
 )
 
+from targets import REAL_TARGETS
+
 from .api import ANSWERS, DEADLINE_S, assert_partial
 
-REAL_TARGETS = {"sglang", "vllm"}
 # Enough to cover every strategy branch many times on the fast targets; the real engines take
 # seconds per valid generation on two cores, so fewer there keeps a run under ~2 minutes.
 EXAMPLES = {"real": 60, "fast": 300}

@@ -32,11 +32,12 @@ import pytest
 
 from engine_plugins.schema import ErrorBody
 
+from targets import REAL_TARGETS
+
 from .api import ANSWERS, Api, assert_partial
 
 pytestmark = pytest.mark.anyio
 
-REAL_TARGETS = {"sglang", "vllm"}
 SEED = 20_240_612
 # The minimum counts. Rounds are sized so that the fast targets do theirs in well under
 # a minute and each real engine in under about three.
