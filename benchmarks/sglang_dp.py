@@ -139,6 +139,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "tests"))
     from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+    import targets  # noqa: F401  (first: it imports every targets_<engine> module itself)
     from targets_sglang import SGLANG_ARGS, dp_threads_bind
 
     ensure_engine("sglang", REPO)
