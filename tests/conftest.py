@@ -6,6 +6,7 @@ import pytest
 
 from engine_versions import SMOKE_ONLY, VERSION_TARGETS, in_smoke
 from targets import OPT_IN_TARGETS, TARGETS, Target
+from targets import REAL_TARGETS as REAL_ENGINE_TARGETS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,7 +39,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # behaviour, when it cannot arrange its situation in time. The engines' CPU placement
 # (engine_plugins/launcher/cpu.py) is what keeps that from happening; a rerun is only the last
 # guard against a machine that stalls anyway, and the summary counts them ("rerun").
-REAL_TARGETS = {"sglang", "vllm", "vllm-api2", "vllm-dp2", *VERSION_TARGETS}
+REAL_TARGETS = {*REAL_ENGINE_TARGETS, *VERSION_TARGETS}
 SETUP_RERUNS = 2
 
 

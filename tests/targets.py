@@ -129,6 +129,11 @@ def stub_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: 
         yield Target(name="stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
 
 
+# The targets that are real engine servers: the suite gives them fewer, longer rounds (the fuzz,
+# the race soak) and reruns a test whose setup a stalled machine failed (conftest.py). Each
+# targets_<engine>.py names its own real targets in a REAL_TARGETS set of its own.
+REAL_TARGETS: set[str] = {"sglang", "vllm"}
+
 TARGETS: dict[str, Callable[[Path], ContextManager[Target]]] = {
     # The context length of the real targets' tiny models, so that limits are tested alike.
     "stub": lambda tmp: stub_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--context-length", "2048"),
@@ -140,5 +145,7 @@ OPT_IN_TARGETS: set[str] = set()
 
 # Each engine adds its targets in a module of its own, tests/targets_<engine>.py, defining TARGETS.
 for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
-    TARGETS.update(importlib.import_module(_module.stem).TARGETS)
-    OPT_IN_TARGETS |= getattr(importlib.import_module(_module.stem), "OPT_IN_TARGETS", set())
+    _targets = importlib.import_module(_module.stem)
+    TARGETS.update(_targets.TARGETS)
+    REAL_TARGETS.update(getattr(_targets, "REAL_TARGETS", ()))
+    OPT_IN_TARGETS |= getattr(_targets, "OPT_IN_TARGETS", set())

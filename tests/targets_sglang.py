@@ -6,6 +6,9 @@
 - ``sglang``: a real SGLang 0.5.23 server (``python -m sglang.launch_server``) on the CPU with the
   tiny random model; the plugin is found by SGLang's own ``load_plugins()`` through the editable
   install in ``.engines/sglang``.
+- ``sglang-stub-dp2``: the fake with two data-parallel ranks behind its DP controller.
+- ``sglang-dp2``: the real server with ``--dp-size 2``: SGLang's data-parallel controller in front
+  of two schedulers, one per core.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from targets import API_KEY, REPO, Target, module_server
 
 
 @contextlib.contextmanager
-def sglang_fake_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
+def sglang_fake_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY,
+                       name: str = "sglang-stub") -> Iterator[Target]:
     """The SGLang fake with the plugin, in its own process on loopback."""
     with module_server(tmp_dir, "fakes.sglang", "--api-key", api_key, *args, env=env) as server:
-        yield Target(name="sglang-stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
+        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
 
 
 # Extra flags for the real server. Seeds would need --enable-deterministic-inference, which SGLang
@@ -33,22 +37,50 @@ SGLANG_ARGS: tuple[str, ...] = ("--enable-metrics",)
 
 @contextlib.contextmanager
 def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS, env: Optional[dict] = None,
-                       version: Optional[str] = None) -> Iterator[Target]:
+                       version: Optional[str] = None, name: Optional[str] = None) -> Iterator[Target]:
     """A real SGLang server with the plugin, built and reused by ``ensure_engine``: the pinned
-    0.5.23, or *version* from its layered venv."""
+    0.5.23, or *version* from its layered venv. *name*: the target's name (default ``sglang``,
+    or ``sglang@<version>``)."""
     from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
     ensure_engine("sglang", REPO, version=version)
     server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=list(extra_args), env=env, log_path=tmp_dir / "sglang.log",
                           version=version)
     with server:
-        yield Target(name="sglang" if version is None else f"sglang@{version}", url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False, real=True)
+        name = name or ("sglang" if version is None else f"sglang@{version}")
+        yield Target(name=name, url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False, real=True)
+
+
+# Data parallelism: ``--dp-size 2`` puts SGLang's data-parallel controller between the
+# TokenizerManager and two schedulers. SGLang's CPU path starts more ranks than NUMA nodes (one
+# here) only when SGLANG_CPU_OMP_THREADS_BIND gives each rank its cores ("|" between ranks).
+DP_SIZE = 2
+
+
+def dp_threads_bind(ranks: int = DP_SIZE) -> str:
+    """SGLANG_CPU_OMP_THREADS_BIND giving each rank one core of its own, the machine's first ones
+    (ranks share cores round the machine's when there are fewer cores than ranks)."""
+    from engine_plugins.launcher.cpu import machine_cores
+
+    cores = machine_cores()
+    return "|".join(str(cores[rank % len(cores)]) for rank in range(ranks))
+
+
+def sglang_dp_server(tmp_dir: Path, ranks: int = DP_SIZE, extra_args: tuple[str, ...] = ()) -> contextlib.AbstractContextManager[Target]:
+    """The real SGLang server with *ranks* data-parallel ranks, one core each."""
+    return sglang_real_server(tmp_dir, extra_args=(*SGLANG_ARGS, "--dp-size", str(ranks), *extra_args),
+                              env={"SGLANG_CPU_OMP_THREADS_BIND": dp_threads_bind(ranks)}, name=f"sglang-dp{ranks}")
 
 
 TARGETS = {
     "sglang-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005"),
+    "sglang-stub-dp2": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--dp-size", str(DP_SIZE),
+                                                      name="sglang-stub-dp2"),
     "sglang": lambda tmp: sglang_real_server(tmp),
+    "sglang-dp2": lambda tmp: sglang_dp_server(tmp),
 }
+# The real servers among them (targets.py: fewer, longer rounds; setup reruns).
+REAL_TARGETS = {"sglang", "sglang-dp2"}
 # Every other release with a CPU build: the smoke subset (engine_versions.SMOKE).
 for _release in SUPPORTED:
     if _release.engine == "sglang" and _release.tested == "real":

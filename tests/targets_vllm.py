@@ -60,6 +60,7 @@ TARGETS = {
     "vllm-dp2": lambda tmp: real_vllm_server(tmp, "--data-parallel-size", "2", env={"VLLM_CPU_OMP_THREADS_BIND": "0|0"}, name="vllm-dp2"),
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
+REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2"}
 for _release in SUPPORTED:
     if _release.engine == "vllm" and _release.tested == "real":
         TARGETS[str(_release)] = lambda tmp, v=_release.version: real_vllm_server(

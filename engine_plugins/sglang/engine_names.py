@@ -58,6 +58,10 @@ REQUEST_FIELDS = {
     "ContinueGenerationReqInput": (),
 }
 HTTP_SERVER_NAMES = ("app", "get_global_state", "launch_server")
+# The data-parallel controller (``--dp-size`` > 1), whose event loop the plugin lets sleep when
+# idle: the loop's method, the attributes its body uses, and the module's names it calls.
+DP_CONTROLLER_MODULE = "sglang.srt.managers.data_parallel_controller"
+DP_CONTROLLER_ATTRIBUTES = ("recv_from_tokenizer", "soft_watchdog", "_request_dispatcher")
 
 
 def _n(module: str, name: str, *params: str, on_self: bool = False) -> EngineName:
@@ -85,6 +89,11 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("plugins.hook_registry", "HookType.AFTER"),
     _n("runtime_context", "get_exec"),
     _n("runtime_context", "get_serving"),
+    _n("runtime_context", "get_device"),
+    _n("managers.data_parallel_controller", "DataParallelController.event_loop"),
+    *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
+    _n("managers.data_parallel_controller", "sock_recv"),
+    _n("managers.data_parallel_controller", "zmq"),
     _n("utils.auth", "AuthLevel.ADMIN_OPTIONAL"),
 )
 LEGACY_GET_LOAD = "legacy_get_load"
@@ -215,6 +224,56 @@ class SGLangNames:
     def pause_mode(obj: Any) -> Optional[str]:
         """A ``PauseGenerationReqInput``'s mode: ``abort``, ``retract`` or ``in_place``."""
         return getattr(obj, "mode", None)
+
+
+@dataclass
+class DPControllerNames:
+    """What the plugin uses in SGLang's data-parallel controller process (``--dp-size`` > 1)."""
+
+    DataParallelController: type
+    HookRegistry: Any
+    HookType: Any
+    zmq: ModuleType
+    sock_recv: Callable[..., Any]
+    """SGLang's receive of one message from a ZMQ socket (``flags=zmq.NOBLOCK``: or raise ``zmq.ZMQError``)."""
+    sleep_on_idle: Callable[[], bool]
+    """Whether the server runs with ``--sleep-on-idle`` (read once the process has its config)."""
+
+    def hook_event_loop(self, hook: Callable) -> None:
+        """Register an AROUND *hook* on ``DataParallelController.event_loop``: ``hook(original, controller)``."""
+        cls = self.DataParallelController
+        self.HookRegistry.register(f"{cls.__module__}.{cls.__qualname__}.event_loop", hook, self.HookType.AROUND)
+
+    @staticmethod
+    def controller_parts(controller: Any) -> tuple[Any, Any, Callable[[Any], Any]]:
+        """A controller's socket from the TokenizerManager, its soft watchdog and its dispatcher."""
+        return controller.recv_from_tokenizer, controller.soft_watchdog, controller._request_dispatcher
+
+
+def in_dp_controller_process() -> bool:
+    """Whether this (child) process may be SGLang's data-parallel controller: the process that
+    runs it was started from its module, so the module is imported before plugins load. SGLang's
+    schedulers under a DP controller are started from that module too; a hook there is unused."""
+    import sys
+
+    return DP_CONTROLLER_MODULE in sys.modules
+
+
+def load_dp_controller_names() -> DPControllerNames:
+    """The names the plugin uses in the DP controller process, imported from the installed SGLang
+    (the HTTP server's process checked them all at startup, :data:`REQUIRED_NAMES`)."""
+    from sglang.srt.managers import data_parallel_controller as dpc
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.runtime_context import get_device
+
+    return DPControllerNames(
+        DataParallelController=dpc.DataParallelController,
+        HookRegistry=HookRegistry,
+        HookType=HookType,
+        zmq=dpc.zmq,
+        sock_recv=dpc.sock_recv,
+        sleep_on_idle=lambda: bool(get_device().sleep_on_idle),
+    )
 
 
 def load_names() -> SGLangNames:

@@ -1,8 +1,9 @@
 """The ``sglang.srt.plugins`` entry point ``engine_plugins``: the contract on SGLang's own server.
 
 SGLang's ``load_plugins()`` calls :func:`load` in the HTTP server's process before the app
-serves, and again in its scheduler, detokenizer and DP-controller processes, where it does
-nothing. There it registers the TokenizerManager hooks (:mod:`.tracking`) and a check of the
+serves, and again in its scheduler, detokenizer and DP-controller processes; in the DP
+controller it lets the controller's loop sleep when idle (:mod:`.dp_controller`), elsewhere it
+does nothing. There it registers the TokenizerManager hooks (:mod:`.tracking`) and a check of the
 launch flags with SGLang's hook registry, which applies them once every plugin has loaded, and
 mounts the contract's routes on SGLang's app (:mod:`.routes`); the control is built per
 TokenizerManager, once SGLang has made one.
@@ -27,7 +28,8 @@ from ..errors import StartupError
 from ..exposure import RedactSecrets, unguarded_warning
 from ..http_api import build_routes
 from . import native_routes, routes
-from .engine_names import SUPPORTED_VERSION, SGLangNames, load_names
+from .dp_controller import register_idle_sleep
+from .engine_names import SUPPORTED_VERSION, SGLangNames, in_dp_controller_process, load_dp_controller_names, load_names
 from .routes import MountReport, mount
 from .seam import SGLangSeam
 from .tracking import RegisteredHooks, register_hooks, tracker_for
@@ -40,7 +42,9 @@ _installed = False
 def load() -> None:
     """Entry point called by SGLang's ``load_plugins()``; harmless in child processes and twice."""
     if multiprocessing.parent_process() is not None:
-        return  # SGLang's scheduler, detokenizer, DP controller: no HTTP app to serve
+        # SGLang's scheduler, detokenizer, DP controller: no HTTP app to serve.
+        _load_in_child()
+        return
     if _installed:
         return
     try:
@@ -48,6 +52,22 @@ def load() -> None:
     except (StartupError, ConfigError) as exc:
         logger.error("%s", exc)
         raise SystemExit(f"engine_plugins: {exc}") from exc
+
+
+_child_installed = False
+
+
+def _load_in_child() -> None:
+    """In SGLang's DP-controller process, register the hook that lets its loop sleep when idle.
+    A failure keeps SGLang's own loop (the HTTP process checked every name at startup)."""
+    global _child_installed
+    if _child_installed or not in_dp_controller_process():
+        return
+    _child_installed = True
+    try:
+        register_idle_sleep(load_dp_controller_names())
+    except (ImportError, AttributeError) as exc:
+        logger.warning("engine_plugins: SGLang's data-parallel controller keeps its own loop: %s", exc)
 
 
 def install(names: SGLangNames) -> None:

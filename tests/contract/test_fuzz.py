@@ -46,6 +46,7 @@ from engine_plugins.schema import (
     UpdateWeightVersionRequest,
 )
 
+
 from .api import ANSWERS, DEADLINE_S, assert_partial
 
 # Enough to cover every strategy branch many times on the fast targets; the real engines take

@@ -32,6 +32,7 @@ import pytest
 
 from engine_plugins.schema import ErrorBody
 
+
 from .api import ANSWERS, Api, assert_partial
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""Serve the SGLang fake: ``python -m fakes.sglang --port P [--api-key K] [--no-plugin]``.
+"""Serve the SGLang fake: ``python -m fakes.sglang --port P [--api-key K] [--dp-size N] [--no-plugin]``.
 
 The order is SGLang's: plugins load first (here the real SGLang plugin, on this fake), then the
 hook registry applies their hooks, then ``launch_server``. With ``--no-plugin`` it is SGLang
@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--tokenizer-worker-num", type=int, default=1)
     parser.add_argument("--no-deterministic-inference", dest="enable_deterministic_inference", action="store_false")
     parser.add_argument("--step-s", type=float, default=0.002, help="seconds per decode step")
+    parser.add_argument("--dp-size", type=int, default=1, help="data-parallel ranks, behind a DP controller")
     parser.add_argument("--tokenize-s", type=float, default=0.0, help="seconds a request spends tokenizing")
     parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="SGLang without engine-plugins")
     parser.add_argument("--legacy-loads", action="store_true", help="an older SGLang: /get_load instead of /v1/loads")

@@ -12,6 +12,7 @@ import types
 from typing import Any, AsyncIterator, Optional
 
 from .io_struct import AbortReq, ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
+from .dp_controller import FakeDataParallelController
 from .scheduler import BatchOut, FakeScheduler, TokenizedReq, WeightVersionChange
 
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # constants.py:12
@@ -50,9 +51,11 @@ class LoadSnapshot:
 
 
 class TokenizerManager:
-    """Accepts requests, holds them at the pause gate, dispatches them to the scheduler task."""
+    """Accepts requests, holds them at the pause gate, dispatches them to the scheduler task
+    (with ``dp_size`` > 1: to the data-parallel controller in front of one scheduler per rank)."""
 
-    def __init__(self, step_s: float = 0.002, tokenize_s: float = 0.0, deterministic: bool = True, context_len: int = 2048) -> None:
+    def __init__(self, step_s: float = 0.002, tokenize_s: float = 0.0, deterministic: bool = True, context_len: int = 2048,
+                 dp_size: int = 1) -> None:
         self.rid_to_state: dict[str, ReqState] = {}  # 710
         self.is_pause = False  # 777-778
         self.is_pause_cond = asyncio.Condition()
@@ -61,7 +64,11 @@ class TokenizerManager:
         self.incremental_streaming_output = False
         self._weight_version = "default"
         self._recv: asyncio.Queue = asyncio.Queue()
-        self.scheduler = FakeScheduler(self._recv.put_nowait, step_s, deterministic)
+        self.schedulers = [FakeScheduler(self._recv.put_nowait, step_s, deterministic) for _ in range(dp_size)]
+        self.scheduler = self.schedulers[0]
+        # With one rank the TokenizerManager talks to the scheduler directly (engine.py starts
+        # no controller); with more, through the controller.
+        self.dp_controller = FakeDataParallelController(self.schedulers) if dp_size > 1 else None
         # SGLang's ModelConfig: the plugin reads its vocab_size (configs/model_config.py).
         self.model_config = types.SimpleNamespace(vocab_size=self.scheduler.vocab_size)
         self._tasks: list[asyncio.Task] = []
@@ -70,7 +77,7 @@ class TokenizerManager:
         """Start the handle loop (2440) and, here, the scheduler 'process', on first use."""
         if not self._tasks:
             loop = asyncio.get_running_loop()
-            self._tasks = [loop.create_task(self.scheduler.run()), loop.create_task(self.handle_loop())]
+            self._tasks = [*(loop.create_task(s.run()) for s in self.schedulers), loop.create_task(self.handle_loop())]
 
     async def handle_loop(self) -> None:
         """2465-2478: outputs and abort echoes from the scheduler, in order."""
@@ -83,7 +90,10 @@ class TokenizerManager:
 
     def _dispatch_to_scheduler(self, obj: Any) -> None:
         """698: fire-and-forget send."""
-        self.scheduler.inbox.put_nowait(obj)
+        if self.dp_controller is not None:
+            self.dp_controller.send(obj)
+        else:
+            self.scheduler.inbox.put_nowait(obj)
 
     async def _async_dispatch_to_scheduler(self, obj: Any) -> None:
         self._dispatch_to_scheduler(obj)
@@ -262,10 +272,13 @@ class TokenizerManager:
         self._weight_version = obj.new_version
 
     async def get_loads(self, include: Any = None, dp_rank: Optional[int] = None) -> list[LoadSnapshot]:
-        """control mixin 1001-1029: the scheduler's last snapshot (frozen while paused)."""
+        """control mixin 1001-1029: each rank's last snapshot (frozen while paused), one per rank."""
         self.auto_create_handle_loop()
-        running, waiting = self.scheduler.snapshot
-        return [LoadSnapshot(0, running, waiting, queues={"waiting": waiting, "paused": 0})]
+        loads = []
+        for rank, scheduler in enumerate(self.schedulers):
+            running, waiting = scheduler.snapshot
+            loads.append(LoadSnapshot(rank, running, waiting, queues={"waiting": waiting, "paused": 0}))
+        return loads if dp_rank is None else [load for load in loads if load.dp_rank == dp_rank]
 
     def config_value(self, name: str) -> Any:
         """2333-2337; only the weight version is faked."""
