@@ -11,7 +11,7 @@ Each round starts N long native ``/generate`` requests, waits until they all run
 ``/v1/loads``), then times the call. Run it with no other engine on the machine (it starts its
 own, and timings are side by side only within one run):
 
-    nice -n 5 .venv/bin/python benchmarks/native_control_timing.py --rounds 5
+    nice -n 5 .venv/bin/python -m benchmarks.native_control_timing --rounds 5
 
 It prints one line per server and call: the median and the spread of the rounds, and for the
 loop how many abort rounds it took.
@@ -29,25 +29,10 @@ from typing import Any
 
 import httpx
 
+from .real_engines import num_requests_from_load
+
 REPO = Path(__file__).resolve().parent.parent
 KEY = "timing-key"
-
-
-def num_requests_from_load(load: Any) -> int:
-    """slime's ``server_control.py:12-29``."""
-    if isinstance(load, list):
-        return sum(num_requests_from_load(item) for item in load)
-    if not isinstance(load, dict):
-        return 0
-    if "loads" in load:
-        return num_requests_from_load(load["loads"])
-    for key in ("num_reqs", "num_total_reqs", "total_reqs"):
-        value = load.get(key)
-        if isinstance(value, int):
-            return value
-    running = load.get("num_running_reqs", load.get("total_running_reqs"))
-    waiting = load.get("num_waiting_reqs", load.get("total_waiting_reqs"))
-    return (running if isinstance(running, int) else 0) + (waiting if isinstance(waiting, int) else 0)
 
 
 async def slime_abort_loop(http: httpx.AsyncClient) -> int:

@@ -11,7 +11,7 @@ in one run (the plugin loaded in both):
 
 Run it with no other engine on the machine (it starts its own, one after the other):
 
-    nice -n 5 .venv/bin/python benchmarks/vllm_api_servers.py --rounds 10
+    nice -n 5 .venv/bin/python -m benchmarks.vllm_api_servers --rounds 10
 
 It prints a markdown table (medians and p95 in ms, and the two-process figure as a multiple of
 one process) and writes the raw figures to ``benchmarks/results/vllm_api_servers.json``.
@@ -30,15 +30,11 @@ import httpx
 
 from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
+from .common import p95
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 KEY = "timing-key"
-
-
-def p95(values: list[float]) -> float:
-    """The 95th percentile (nearest rank)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 async def call(url: str, method: str, path: str, body: object = None) -> httpx.Response:
