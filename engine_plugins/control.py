@@ -316,6 +316,11 @@ class RolloutControl:
             await self._abort_all("pause", timeout)
         return self.is_paused()
 
+    def refuse_new(self) -> None:
+        """Enter ``abort`` mode ahead of the pause itself: new partial generations are refused
+        and requests the engine cuts from now on are cut by the pause."""
+        self.pause_mode = "abort"
+
     async def _drain(self, timeout_s: float, clear_cache: Optional[bool]) -> bool:
         """Close admission and wait for the admitted requests; False if *timeout_s* ran out."""
         loop = asyncio.get_running_loop()

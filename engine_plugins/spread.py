@@ -80,6 +80,7 @@ class ServerControl:
             "has_request_id": self._peer_has_request_id,
             "update_weight_version": self._peer_update_weight_version,
             "pause": self._peer_pause,
+            "refuse_new": self._peer_refuse_new,
             "resume": self._peer_resume,
         })
 
@@ -169,6 +170,12 @@ class ServerControl:
         if _local_only.get():
             return await self.local.pause(mode, timeout_s, clear_cache)
         timeout = self.local.abort_timeout_s if timeout_s is None else timeout_s
+        if mode == "abort":
+            # The engine core is shared: the first process to pause it cuts every process's
+            # requests. Each process must already be in abort mode by then, so that it names
+            # the pause as their cancel reason and refuses new ones.
+            self.local.refuse_new()
+            await self._everywhere("refuse_new", QUICK_S)
         with local_only():
             mine, _ = await asyncio.gather(
                 self.local.pause(mode, timeout, clear_cache),
@@ -218,6 +225,9 @@ class ServerControl:
     async def _peer_pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool]) -> dict:
         with local_only():
             return (await self.local.pause(mode, timeout_s, clear_cache)).model_dump()
+
+    async def _peer_refuse_new(self) -> None:
+        self.local.refuse_new()
 
     async def _peer_resume(self) -> dict:
         with local_only():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import ContextManager, Iterator, Optional, Union
+
 import pytest
 
 from engine_versions import SMOKE_ONLY, VERSION_TARGETS, in_smoke
@@ -57,13 +60,92 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.flaky(reruns=SETUP_RERUNS, only_rerun=["setup: "]))
 
 
+class RunningTargets:
+    """The targets' servers, each started at the first test that uses it and stopped right after
+    the last one (a real engine takes a minute to start, and an idle one holds gigabytes).
+
+    pytest runs the tests of one target together; a tier that needs several targets at once (the
+    gateway's, in front of SGLang and vLLM) says so with ``@pytest.mark.uses_targets(...)`` and
+    shares their servers instead of starting its own.
+    """
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.tmp_path_factory = tmp_path_factory
+        self.running: dict[str, tuple[ContextManager[Target], Target]] = {}
+        self.failed: dict[str, BaseException] = {}
+        self.last_user: Optional[dict[str, pytest.Item]] = None
+
+    def get(self, name: str) -> Target:
+        """The running server of target *name*, started now if it is not running."""
+        if name in self.failed:
+            raise self.failed[name]
+        if name not in self.running:
+            manager = TARGETS[name](self.tmp_path_factory.mktemp(name))
+            try:
+                self.running[name] = (manager, manager.__enter__())
+            except BaseException as exc:
+                self.failed[name] = exc  # a server that cannot start fails each test once, fast
+                raise
+        return self.running[name][1]
+
+    def done_with(self, item: pytest.Item) -> None:
+        """Stop the servers whose last test was *item*."""
+        if self.last_user is None:
+            self.last_user = {}
+            for each in item.session.items:
+                for name in targets_of(each):
+                    self.last_user[name] = each
+        for name, last in self.last_user.items():
+            if last is item:
+                self.stop(name)
+
+    def stop(self, name: str) -> None:
+        """Stop target *name*'s server if it runs."""
+        manager, _ = self.running.pop(name, (None, None))
+        if manager is not None:
+            manager.__exit__(None, None, None)
+
+
+def targets_of(item: pytest.Item) -> set[str]:
+    """The targets *item* uses: its ``target`` parameter and its ``uses_targets`` marks."""
+    names: set[str] = set()
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "target" in callspec.params:
+        names.add(callspec.params["target"])
+    for mark in item.iter_markers("uses_targets"):
+        names.update(mark.args)
+    return names
+
+
+_running: Optional[RunningTargets] = None
+
+
 @pytest.fixture(scope="session")
-def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+def running_targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningTargets]:
+    """The session's target servers; every one still running is stopped at the end."""
+    global _running
+    _running = RunningTargets(tmp_path_factory)
+    try:
+        yield _running
+    finally:
+        for name in list(_running.running):
+            with contextlib.suppress(Exception):
+                _running.stop(name)
+        _running = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Union[pytest.Item, None]):
+    # After the whole protocol, reruns included: a rerun of the last test still has its server.
+    yield
+    if _running is not None:
+        _running.done_with(item)
+
+
+@pytest.fixture(scope="session")
+def target(request: pytest.FixtureRequest, running_targets: RunningTargets) -> Target:
     """A running server for the named target, started once per session and always stopped."""
-    manager = TARGETS[request.param](tmp_path_factory.mktemp(request.param))
-    running = manager.__enter__()
-    request.addfinalizer(lambda: manager.__exit__(None, None, None))
-    return running
+    return running_targets.get(request.param)
 
 
 @pytest.fixture

@@ -38,6 +38,15 @@ class Target:
     """False where the engine cannot honour ``seed`` and the plugin refuses it (README: exceptions)."""
     real: bool = False
     """A real engine (slow on two cores: the soaks and fuzzers do fewer rounds)."""
+    signal: Optional[Callable[[int], None]] = None
+    """Send a signal to every process of the server (SIGSTOP, SIGCONT), where a test may."""
+
+    @property
+    def finish_tokens(self) -> int:
+        """``max_new_tokens`` of a request a test lets run to its end. On a real engine (tens of
+        ms a step when batched) ``long_tokens`` takes half a minute to run out; 300 still take
+        seconds, far longer than the control call a test sends once the request runs."""
+        return 300 if self.real else self.long_tokens
 
 
 def free_port() -> int:
@@ -83,6 +92,15 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
 
+    def signal(self, sig: int) -> None:
+        """Send *sig* to the server (one process: a fake or the stub)."""
+        os.kill(self.proc.pid, sig)
+
+
+def group_signal(pid: int) -> Callable[[int], None]:
+    """Send a signal to the process group *pid* leads (a real engine server and its engine)."""
+    return lambda sig: os.killpg(pid, sig)
+
 
 def server_env(env: Optional[dict] = None) -> dict:
     """The environment of a server the tests start: this one without any ``ENGINE_PLUGINS_*``
@@ -126,7 +144,7 @@ def module_server(tmp_dir: Path, module: str, *args: str, env: Optional[dict] = 
 def stub_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
     """The stub engine served by uvicorn in its own process, on loopback."""
     with module_server(tmp_dir, "engine_plugins.stub", "--api-key", api_key, *args, env=env) as server:
-        yield Target(name="stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
+        yield Target(name="stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail, signal=server.signal)
 
 
 # The targets that are real engine servers: the suite gives them fewer, longer rounds (the fuzz,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from engine_versions import SUPPORTED
-from targets import API_KEY, REPO, Target, module_server
+from targets import API_KEY, REPO, Target, group_signal, module_server
 
 
 @contextlib.contextmanager
@@ -21,7 +21,7 @@ def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY, env: dic
                      name: str = "vllm-stub") -> Iterator[Target]:
     """The fake AsyncLLM with the real plugin, served by uvicorn in its own process."""
     with module_server(tmp_dir, "fakes.vllm", "--api-key", api_key, *args, env=env) as server:
-        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail)
+        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail, signal=server.signal)
 
 
 @contextlib.contextmanager
@@ -40,7 +40,8 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
                       log_path=tmp_dir / "vllm.log", version=version) as server:
         # The other servers: the whole log, which their startup-log tests read.
         yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, real=True,
-                     log_tail=lambda: server.log_tail(80 if name == "vllm" else 1_000_000))
+                     log_tail=lambda: server.log_tail(80 if name == "vllm" else 1_000_000),
+                     signal=group_signal(server.process.pid))
 
 
 TARGETS = {

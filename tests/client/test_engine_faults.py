@@ -2,9 +2,10 @@
 answering (its calls time out, and it loses nothing once it answers again), and an engine that
 dies while the client waits on an abort (the wait ends with an error, never hangs).
 
-Each test starts a server of its own, since it stops or kills it: the engine's fake (killed as a
-whole, having no engine process of its own) and the real engine (the engine processes under the
-API server are killed, as a crash of the engine core or the scheduler would).
+The stop runs on the session's server, which goes on once continued. The engine's death needs a
+server of its own: the engine's fake (killed as a whole, having no engine process of its own) or
+the real engine (the engine processes under the API server are killed, as a crash of the engine
+core or the scheduler would).
 """
 
 from __future__ import annotations
@@ -38,20 +39,6 @@ class OwnServer:
         self.proc = proc
         self.pid = proc.pid
         self.real = real
-
-    def _signal(self, sig: int) -> None:
-        # A real server runs in a process group of its own; a fake is one process in the tests'.
-        if self.real:
-            os.killpg(self.pid, sig)
-        else:
-            os.kill(self.pid, sig)
-
-    def stop(self) -> None:
-        """SIGSTOP the whole server (API and engine processes): it accepts nothing, answers nothing."""
-        self._signal(signal.SIGSTOP)
-
-    def cont(self) -> None:
-        self._signal(signal.SIGCONT)
 
     def kill_engine(self) -> None:
         """Kill the engine: on a real server the processes the API server spawned (vLLM's engine
@@ -91,21 +78,21 @@ def own_server(target_name: str, tmp: Path) -> Iterator[OwnServer]:
         yield OwnServer(server.url, server.process, real=True)
 
 
-async def test_a_server_that_stops_answering_times_out_and_loses_nothing_once_it_answers(target, tmp_path):
-    with own_server(target.name, tmp_path) as server:
-        async with ServerClient(server.url, api_key=API_KEY) as client:
-            generation = asyncio.create_task(client.partial_generate([1, 2, 3], {"max_new_tokens": 400, "ignore_eos": True}, "frozen"))
-            await wait_in_flight(client, 1, [generation])
-            server.stop()
-            try:
-                with pytest.raises(ServerError) as loads_failure:
-                    await client.loads(timeout_s=1.0)
-                with pytest.raises(ServerError) as abort_failure:
-                    await client.abort(request_ids=["not-in-flight"], timeout_s=1.0)
-            finally:
-                server.cont()
-            result = await generation
-            load = await client.loads()
+async def test_a_server_that_stops_answering_times_out_and_loses_nothing_once_it_answers(target):
+    # SIGSTOP to every process of the server (API and engine): it accepts nothing, answers nothing.
+    async with ServerClient(target.url, api_key=target.api_key) as client:
+        generation = asyncio.create_task(client.partial_generate([1, 2, 3], {"max_new_tokens": 400, "ignore_eos": True}, "frozen"))
+        await wait_in_flight(client, 1, [generation])
+        target.signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(ServerError) as loads_failure:
+                await client.loads(timeout_s=1.0)
+            with pytest.raises(ServerError) as abort_failure:
+                await client.abort(request_ids=["not-in-flight"], timeout_s=1.0)
+        finally:
+            target.signal(signal.SIGCONT)
+        result = await generation
+        load = await client.loads()
     assert loads_failure.value.kind == "timeout" and abort_failure.value.kind == "timeout"
     assert result.finish_reason == "length" and len(result.output_ids) == 400, "the request outlived the stop"
     assert load.idle and load.total == 0

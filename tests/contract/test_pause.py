@@ -41,18 +41,19 @@ async def test_pause_keep_holds_requests_and_continues_them_after_resume(target)
     n, m = 4, 4
     async with Api(target) as api:
         await api.warm(n + m)
-        running = api.start(n, target.long_tokens, prefix="keep-run")
+        running = api.start(n, target.finish_tokens, prefix="keep-run")
         await api.wait_in_flight(n, running=True)
         assert pause_state(await api.ok("POST", "/pause", params={"mode": "keep"})) == {"is_paused": True, "mode": "keep"}
-        arriving = api.start(m, target.long_tokens, prefix="keep-new")
+        assert not any(t.done() for t in running), "setup: a request ran out before the pause answered"
+        arriving = api.start(m, target.finish_tokens, prefix="keep-new")
         loads = await api.wait_in_flight(n + m)
         assert total_reqs(loads) == n + m, "requests held during the pause are counted"
         assert not any(t.done() for t in running + arriving)
         await api.ok("POST", "/resume")
         results = await asyncio.gather(*running, *arriving)
     for r in results:
-        assert r["finish_reason"] == "length" and r["cancelled"] is False and len(r["output_ids"]) == target.long_tokens
-        assert_partial(r, target.long_tokens)
+        assert r["finish_reason"] == "length" and r["cancelled"] is False and len(r["output_ids"]) == target.finish_tokens
+        assert_partial(r, target.finish_tokens)
 
 
 async def test_abort_all_during_keep_pause_covers_requests_that_arrived_while_paused(target):

@@ -17,16 +17,17 @@ async def test_bump_keeps_in_flight_requests_and_attributes_later_tokens(target)
         old = (await api.loads())["weight_version"]
         await api.warm(n)
         # SGLang's usual payload: no abort_all_requests, which SGLang itself defaults to true.
-        tasks = api.start(n, target.long_tokens, prefix="bump")
+        tasks = api.start(n, target.finish_tokens, prefix="bump")
         await api.wait_in_flight(n, running=True)
         result = await api.ok("POST", "/update_weight_version", {"new_version": new})
+        assert not any(t.done() for t in tasks), "setup: a request ran out before the bump answered"
         results = await asyncio.gather(*tasks)
         loads = await api.loads()
     assert result == {"success": True, "new_version": new, "previous_version": old, "aborted": 0, "message": f"Weight version updated to {new}"}
     assert loads["weight_version"] == new
     for r in results:
-        assert r["finish_reason"] == "length" and r["cancelled"] is False and len(r["output_ids"]) == target.long_tokens
-        assert_partial(r, target.long_tokens)
+        assert r["finish_reason"] == "length" and r["cancelled"] is False and len(r["output_ids"]) == target.finish_tokens
+        assert_partial(r, target.finish_tokens)
         assert r["weight_versions"][-1]["version"] == new
         assert {s["version"] for s in r["weight_versions"]} <= {old, new}
     assert any(r["weight_versions"][0]["version"] == old for r in results), "tokens before the bump keep the old version"

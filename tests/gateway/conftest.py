@@ -28,16 +28,10 @@ def stub_gateway(stub_pair, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def real_pair(tmp_path_factory):
-    """A real SGLang and a real vLLM with the plugin, started for this tier (the contract suite's
-    session fixture keeps one target alive at a time, and the tier needs both at once)."""
-    from targets_sglang import sglang_real_server
-    from targets_vllm import real_vllm_server
-
-    with contextlib.ExitStack() as stack:
-        sglang = stack.enter_context(sglang_real_server(tmp_path_factory.mktemp("gateway-sglang")))
-        vllm = stack.enter_context(real_vllm_server(tmp_path_factory.mktemp("gateway-vllm")))
-        yield {"sglang": sglang, "vllm": vllm}
+def real_pair(running_targets):
+    """The contract suite's real SGLang and real vLLM with the plugin, both running at once (the
+    tests that use them are marked ``uses_targets("sglang", "vllm")``)."""
+    return {"sglang": running_targets.get("sglang"), "vllm": running_targets.get("vllm")}
 
 
 @pytest.fixture(scope="module")
