@@ -3,7 +3,8 @@ client's fan-out (``Fleet(urls).abort_until_idle()``) and through smg 1.13.0 wit
 ``--enable-rl`` in front of them (``Fleet(gateway=...)``), the two ways alternating round by round.
 
 Each round puts ``--requests`` generations in flight on every stub (one step every
-``STEP_S``), then times the abort until every stub is idle (one step is the floor). The stubs run ``PER_PROCESS`` to a process (:mod:`benchmarks.stub_host`), so
+``STEP_S``), held by a process of their own (:mod:`benchmarks.hold_requests`), then times the
+abort until every stub is idle (one step is the floor). The stubs run ``PER_PROCESS`` to a process (:mod:`benchmarks.stub_host`), so
 on this two-core machine the fleet's servers share the cores with the client and smg: the
 figure is the fan-out's cost as the fleet grows, relative to one server.
 """
@@ -24,6 +25,7 @@ from engine_plugins.client import Fleet, ServerClient
 from engine_plugins.launcher.engine_server import free_loopback_port
 
 from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
+from .hold_requests import HeldRequests
 
 PER_PROCESS = 32
 SIZES = (1, 8, 64, 256)
@@ -82,35 +84,44 @@ def fleet_of(n: int, with_smg: bool) -> Iterator[tuple[list[str], Optional[str]]
             yield urls, gateway
 
 
-async def one_round(servers: list[ServerClient], fleet: Fleet, requests: int) -> float:
-    """Milliseconds for *fleet* to abort until idle with *requests* in flight on every stub."""
-    gens = [asyncio.ensure_future(s.partial_generate([1, 2, 3], {"max_new_tokens": 100_000}, f"f-{time.time_ns()}-{i}-{j}"))
-            for i, s in enumerate(servers) for j in range(requests)]
+async def one_round(servers: list[ServerClient], held: HeldRequests, fleet: Fleet, requests: int) -> tuple[float, float]:
+    """Milliseconds for *fleet* to abort until idle with *requests* in flight on every stub, and
+    the CPU milliseconds this (the calling) process spent on it."""
+    await held.fill(requests)
     for s in servers:
         while (await s.loads()).in_flight < requests:
             await asyncio.sleep(0.01)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = await fleet.abort_until_idle(timeout_s=120)
-    took = ms(time.perf_counter() - start)
-    await asyncio.gather(*gens)
+    took, cpu = ms(time.perf_counter() - start), ms(time.process_time() - cpu)
     if not result.ok:
-        raise RuntimeError(f"abort until idle failed: {result.to_dict()}")
-    return took
+        first = result.failed[0]
+        raise RuntimeError(f"abort until idle failed on {len(result.failed)} of {len(servers)} servers, first {first.url}: {first.error}")
+    return took, cpu
 
 
 async def measure(urls: list[str], gateway: Optional[str], rounds: int, requests: int) -> dict[str, list[float]]:
     """Alternating rounds of both ways on one fleet."""
-    out: dict[str, list[float]] = {"client": [], "smg": []}
+    # client_cpu: the client's own CPU time for its fan-out (the servers share the machine's
+    # cores, so the wall time grows with their number even where the fan-out's cost does not).
+    out: dict[str, list[float]] = {"client": [], "smg": [], "client_cpu": []}
     servers = [ServerClient(u, api_key=KEY) for u in urls]
-    async with contextlib.AsyncExitStack() as stack:
-        ways = {"client": await stack.enter_async_context(Fleet(urls, api_key=KEY))}
-        if gateway:
-            ways["smg"] = await stack.enter_async_context(Fleet(gateway=gateway, api_key=KEY))
-        for _ in range(rounds):
-            for name, fleet in ways.items():
-                out[name].append(await one_round(servers, fleet, requests))
-        for s in servers:
-            await s.aclose()
+    with HeldRequests(urls) as held:
+        async with contextlib.AsyncExitStack() as stack:
+            ways = {"client": await stack.enter_async_context(Fleet(urls, api_key=KEY))}
+            if gateway:
+                ways["smg"] = await stack.enter_async_context(Fleet(gateway=gateway, api_key=KEY))
+            for _ in range(rounds):
+                for name, fleet in ways.items():
+                    took, cpu = await one_round(servers, held, fleet, requests)
+                    out[name].append(took)
+                    if name == "client":
+                        out["client_cpu"].append(cpu)
+            for s in servers:
+                await s.aclose()
+        answered, failed = held.close()
+    if failed:
+        raise RuntimeError(f"{failed} of the held requests failed ({answered} answered)")
     return out
 
 
@@ -124,7 +135,7 @@ def run(sizes: list[int], rounds: int, requests: int, with_smg: bool) -> dict:
                 rows.append({"servers": n, **asyncio.run(measure(urls, gateway, rounds, requests))})
         except (RuntimeError, OSError, httpx.HTTPError) as exc:
             # Recorded in the table, and the sizes already measured are kept.
-            rows.append({"servers": n, "client": [], "smg": [], "error": f"{type(exc).__name__}: {exc}"})
+            rows.append({"servers": n, "client": [], "smg": [], "client_cpu": [], "error": f"{type(exc).__name__}: {exc}"[:2000]})
             progress(f"figure 6: {n} servers failed: {rows[-1]['error']}")
             continue
         progress(f"figure 6: {n} servers: client {stats(rows[-1]['client'])['median']:.0f} ms"
@@ -135,12 +146,16 @@ def run(sizes: list[int], rounds: int, requests: int, with_smg: bool) -> dict:
 def table(data: dict) -> str:
     """Median / p95 (ms) and the multiple of one server, per way."""
     base = {w: stats(data["rows"][0][w]).get("median") for w in ("client", "smg")}
-    out = ["| servers | client fan-out, median / p95 (ms) | x one server | through smg, median / p95 (ms) | x one server |", "|---|---|---|---|---|"]
+    out = ["| servers | client fan-out, median / p95 (ms) | x one server | client's CPU for it, median (ms) | through smg, median / p95 (ms) | x one server |",
+           "|---|---|---|---|---|---|"]
     for r in data["rows"]:
         cells = []
         for w in ("client", "smg"):
             s = stats(r[w])
             cells += [f"{s['median']:.0f} / {s['p95']:.0f}", f"{s['median'] / base[w]:.2f}"] if s["n"] and base[w] else ["-", "-"]
+            if w == "client":
+                cpu = stats(r.get("client_cpu", []))
+                cells.append(f"{cpu['median']:.0f}" if cpu["n"] else "-")
         out.append(f"| {r['servers']} | " + " | ".join(cells) + " |")
     out += [f"\nNot measured at {r['servers']} servers: {r['error']}" for r in data["rows"] if r.get("error")]
     return "\n".join(out)

@@ -17,7 +17,8 @@ timed ``rounds`` times:
 Two views side by side: **server** (the stub and the plugin in this process, each call made on
 the control's hooks exactly as the HTTP route makes it, the N requests in flight as coroutines
 of the same event loop: no HTTP, no client) and **client** (the stub served by uvicorn in its
-own process, N requests over loopback HTTP, each call timed by an httpx client).
+own process, the N requests held over loopback HTTP by another process, each call timed by an
+httpx client).
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ from engine_plugins.stub.engine import StubEngine
 from engine_plugins.stub.server import create_app
 
 from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
+from .hold_requests import HeldRequests
 
 STEP_S = 0.5
 LONG = {"max_new_tokens": 100_000}
 INPUT = [1, 15, 27]
-FILL_BATCH = 500
 COUNTS = (10, 100, 1000, 10000)
 OPS = ("loads", "abort by id", "admit one more", "abort all with wait")
 
@@ -149,52 +150,45 @@ def stub_server(step_s: float = STEP_S) -> Iterator[str]:
 
 
 async def client_view(url: str, n: int, rounds: int) -> dict[str, list[float]]:
-    """Time each call over HTTP on the stub at *url* with *n* requests in flight (ms per call)."""
-    # Idle connections go before uvicorn's keep-alive (5 s) closes them under a new request.
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=1.0)
+    """Time each call over HTTP on the stub at *url* with *n* requests in flight (ms per call).
+
+    The *n* requests are held by a process of their own (:mod:`benchmarks.hold_requests`), so
+    that this client only makes the timed calls."""
     out: dict[str, list[float]] = {op: [] for op in OPS}
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600, limits=limits) as bg, \
-            httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600, limits=limits) as http:
+    with HeldRequests([url]) as held:
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600) as http:
 
-        async def fill(count: int) -> list[asyncio.Task]:
-            # In batches: ten thousand connections opened at once overflow the server's listen
-            # backlog, and the connects that are dropped wait for the kernel's retries.
-            tasks: list[asyncio.Task] = []
-            base = await in_flight()
-            while len(tasks) < count:
-                tasks += [asyncio.ensure_future(bg.post("/partial_generate", json={"input_ids": INPUT, "sampling_params": LONG,
-                                                                                   "request_id": f"bg-{uuid.uuid4().hex}"}))
-                          for _ in range(min(FILL_BATCH, count - len(tasks)))]
-                await until_held(base + len(tasks))
-            return tasks
+            async def in_flight() -> int:
+                return (await http.get("/v1/loads")).json()["in_flight"]
 
-        async def in_flight() -> int:
-            return (await http.get("/v1/loads")).json()["in_flight"]
+            async def until_held(count: int) -> None:
+                while await in_flight() < count:
+                    await asyncio.sleep(0.05)
 
-        async def until_held(count: int) -> None:
-            while await in_flight() < count:
-                await asyncio.sleep(0.05)
-
-        tasks = await fill(n)
-        for _ in range(rounds):
-            while await in_flight() > n:  # the request aborted last round is released at its next step
-                await asyncio.sleep(0.02)
-            out["loads"].append(await _time(lambda: http.get("/v1/loads")))
-            rid = f"one-more-{uuid.uuid4().hex}"
-            before = await in_flight()
-            start = time.perf_counter()
-            tasks.append(asyncio.ensure_future(bg.post("/partial_generate", json={"input_ids": INPUT, "sampling_params": LONG, "request_id": rid})))
-            while await in_flight() <= before:
-                pass
-            out["admit one more"].append(ms(time.perf_counter() - start))
-            out["abort by id"].append(await _time(lambda: http.post("/abort_requests", json={"request_ids": [rid], "wait": False})))
-        for _ in range(rounds):
+            mine: list[asyncio.Task] = []
+            await held.fill(n)
             await until_held(n)
-            out["abort all with wait"].append(await _time(lambda: http.post("/abort_requests", json={"wait": True})))
-            await asyncio.gather(*tasks)
-            tasks = await fill(n)
-        await http.post("/abort_requests", json={"wait": True})
-        await asyncio.gather(*tasks)
+            for _ in range(rounds):
+                while await in_flight() > n:  # the request aborted last round is released at its next step
+                    await asyncio.sleep(0.02)
+                out["loads"].append(await _time(lambda: http.get("/v1/loads")))
+                rid = f"one-more-{uuid.uuid4().hex}"
+                before = await in_flight()
+                start = time.perf_counter()
+                mine.append(asyncio.ensure_future(http.post("/partial_generate", json={"input_ids": INPUT, "sampling_params": LONG, "request_id": rid})))
+                while await in_flight() <= before:
+                    pass
+                out["admit one more"].append(ms(time.perf_counter() - start))
+                out["abort by id"].append(await _time(lambda: http.post("/abort_requests", json={"request_ids": [rid], "wait": False})))
+            for _ in range(rounds):
+                await until_held(n)
+                out["abort all with wait"].append(await _time(lambda: http.post("/abort_requests", json={"wait": True})))
+                await held.fill(n)
+            await http.post("/abort_requests", json={"wait": True})
+            await asyncio.gather(*mine)
+        answered, failed = held.close()
+    if failed:
+        raise RuntimeError(f"{failed} of the held requests failed ({answered} answered)")
     return out
 
 
