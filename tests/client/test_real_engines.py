@@ -42,7 +42,10 @@ async def test_rollouts_continue_from_their_tokens_across_a_version_bump(target)
                                                  on_attempt=lambda r, a: seen.append(a)))
                  for i, r in enumerate(rollouts)]
         try:
-            await wait_in_flight(server, n, tasks, running=False)
+            await wait_in_flight(server, n, tasks, running=True)
+            # A short generation that runs to its end steps the running batch with it: every
+            # rollout then has tokens for the pause to salvage.
+            await server.partial_generate([1, 2, 3], {"max_new_tokens": 2, "ignore_eos": True})
             await server.pause("abort")
             await wait_until("every rollout's partial back", lambda: _at_least(seen, n), deadline_s=120)
             salvaged = [len(r.output_ids) for r in rollouts]
