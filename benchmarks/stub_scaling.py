@@ -180,11 +180,11 @@ async def client_view(url: str, n: int, rounds: int) -> dict[str, list[float]]:
                     pass
                 out["admit one more"].append(ms(time.perf_counter() - start))
                 out["abort by id"].append(await _time(lambda: http.post("/abort_requests", json={"request_ids": [rid], "wait": False})))
-            for _ in range(rounds):
+            for i in range(rounds):
+                if i:
+                    await held.fill(n)
                 await until_held(n)
                 out["abort all with wait"].append(await _time(lambda: http.post("/abort_requests", json={"wait": True})))
-                await held.fill(n)
-            await http.post("/abort_requests", json={"wait": True})
             await asyncio.gather(*mine)
         answered, failed = held.close()
     if failed:
