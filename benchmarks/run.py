@@ -2,7 +2,7 @@
 and plots in ``benchmarks/results/``.
 
     BENCH_FIGURES=5,6 BENCH_ROUNDS=3 make bench     # a quick run: the stub figures only
-    make bench                                      # everything, 10 rounds (about an hour here)
+    make bench                                      # everything, 10 rounds (about 25 minutes here)
 
 Figures 1-4 start SGLang and then vLLM (both without and with the plugin), figure 7 vLLM with one
 and then two API processes. A real-engine figure holds ``BENCH_LOCK`` (a file, when set) while
