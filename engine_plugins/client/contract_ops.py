@@ -112,7 +112,8 @@ class ContractOps:
 
     async def partial_generate(self, body: dict, timeout_s: Optional[float]) -> PartialGenerateResult:
         """``POST /partial_generate``; the answer as the contract defines it."""
-        return await self._call(PartialGenerateResult, "POST", "/partial_generate", body, timeout_s=timeout_s)
+        # Never sent twice: a generation the server did start would run twice.
+        return await self._call(PartialGenerateResult, "POST", "/partial_generate", body, timeout_s=timeout_s, idempotent=False)
 
 
 def _pause_outcome(state: PauseState) -> PauseOutcome:

@@ -37,14 +37,14 @@ def failing_url():
 @pytest.fixture
 def hanging_url():
     """A server that accepts connections and never answers."""
-    with raw_socket_server(hang_up=False) as url:
+    with raw_socket_server("silent") as url:
         yield url
 
 
 @pytest.fixture
 def hang_up_url():
     """A server that reads each request and closes the connection without answering."""
-    with raw_socket_server(hang_up=True) as url:
+    with raw_socket_server("hang_up") as url:
         yield url
 
 

@@ -78,10 +78,15 @@ def serve_app(app) -> Iterator[str]:
         thread.join(10)
 
 
+ANSWER = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}'
+
+
 @contextlib.contextmanager
-def raw_socket_server(hang_up: bool) -> Iterator[str]:
-    """A TCP server that accepts and then never answers (*hang_up* False) or reads the request and
-    closes the connection without a response (*hang_up* True)."""
+def raw_socket_server(mode: str) -> Iterator[str]:
+    """A TCP server that accepts and then never answers (*mode* ``silent``), reads each request
+    and closes the connection without a response (``hang_up``), or answers the first request on
+    each connection, keeps it open and closes it when the next request arrives on it, as a
+    server whose keep-alive timer fires just then does (``answer_once``)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
@@ -89,19 +94,26 @@ def raw_socket_server(hang_up: bool) -> Iterator[str]:
     held: list[socket.socket] = []
     stop = threading.Event()
 
+    def serve(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.settimeout(2)
+            conn.recv(65536)
+            if mode == "answer_once":
+                conn.sendall(ANSWER)
+                conn.settimeout(30)
+                conn.recv(65536)
+        conn.close()
+
     def accept() -> None:
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
             except OSError:
                 continue
-            if hang_up:
-                with contextlib.suppress(OSError):
-                    conn.settimeout(2)
-                    conn.recv(65536)
-                conn.close()
-            else:
+            if mode == "silent":
                 held.append(conn)
+            else:
+                threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()

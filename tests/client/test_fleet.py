@@ -9,6 +9,7 @@ import pytest
 from engine_plugins.client import Fleet, ServerClient
 
 from .conftest import KEY
+from .servers import raw_socket_server
 from .helpers import start_generations, wait_in_flight, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -103,6 +104,22 @@ async def test_a_server_that_hangs_up_is_reported_as_disconnected(hang_up_url, s
         result = await fleet.loads()
     assert result.results[0].kind == "disconnected" and "lost" in result.results[0].error
     assert result.results[1].ok
+
+
+async def test_a_control_call_on_a_connection_the_server_just_closed_is_sent_again():
+    from engine_plugins.client.errors import ServerError
+    from engine_plugins.client.transport import Transport, make_http_client
+
+    with raw_socket_server("answer_once") as url:
+        async with make_http_client() as http:
+            transport = Transport(url, http)
+            assert await transport.call("GET", "/v1/loads", timeout_s=10) == {"ok": True}
+            # The kept-alive connection is closed as this call goes out on it; a new one answers.
+            assert await transport.call("POST", "/abort_requests", {}, timeout_s=10) == {"ok": True}
+            # A generation is never sent twice: the server may have started it.
+            with pytest.raises(ServerError) as lost:
+                await transport.call("POST", "/partial_generate", {"input_ids": [1]}, timeout_s=10, idempotent=False)
+    assert lost.value.kind == "disconnected" and "lost" in lost.value.message
 
 
 async def test_a_server_that_dies_mid_wait_is_a_failed_result_not_an_exception(slow_release_stub, stub_fleet):
