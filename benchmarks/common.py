@@ -66,3 +66,9 @@ def stop_cleanly_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit, so that the servers a benchmark started are stopped by
     their ``finally`` blocks rather than left running."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of *pid* so far."""
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

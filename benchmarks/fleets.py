@@ -4,9 +4,11 @@ client's fan-out (``Fleet(urls).abort_until_idle()``) and through smg 1.13.0 wit
 
 Each round puts ``--requests`` generations in flight on every stub (one step every
 ``STEP_S``), held by a process of their own (:mod:`benchmarks.hold_requests`), then times the
-abort until every stub is idle (one step is the floor). The stubs run ``PER_PROCESS`` to a process (:mod:`benchmarks.stub_host`), so
-on this two-core machine the fleet's servers share the cores with the client and smg: the
-figure is the fan-out's cost as the fleet grows, relative to one server.
+abort until every stub is idle (one step is the floor). The stubs run ``PER_PROCESS`` to a
+process (:mod:`benchmarks.stub_host`), so on this two-core machine the fleet's servers share the
+cores with the client and smg: the figure is the fan-out's cost as the fleet grows, relative to
+one server, with the CPU time each round took in the client, in smg and in the stubs' processes,
+which says where that time went.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
 import httpx
@@ -24,7 +28,7 @@ import httpx
 from engine_plugins.client import Fleet, ServerClient
 from engine_plugins.launcher.engine_server import free_loopback_port
 
-from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
+from .common import cpu_seconds, stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
 from .hold_requests import HeldRequests
 
 PER_PROCESS = 32
@@ -59,9 +63,19 @@ def _processes(commands: list[list[str]]) -> Iterator[list[subprocess.Popen]]:
                 p.kill()
 
 
+@dataclass
+class FleetUnderTest:
+    """The stubs' URLs, smg's (or None), and the pids whose CPU time a round reads."""
+
+    urls: list[str]
+    gateway: Optional[str]
+    stub_pids: list[int]
+    smg_pid: Optional[int] = None
+
+
 @contextlib.contextmanager
-def fleet_of(n: int, with_smg: bool) -> Iterator[tuple[list[str], Optional[str]]]:
-    """*n* stubs (and smg in front of them): (stub URLs, smg URL or None)."""
+def fleet_of(n: int, with_smg: bool) -> Iterator[FleetUnderTest]:
+    """*n* stubs (and smg in front of them)."""
     ports: list[int] = []
     while len(ports) < n:  # distinct: the OS may hand a port that was just let go out again
         port = free_loopback_port()
@@ -69,42 +83,51 @@ def fleet_of(n: int, with_smg: bool) -> Iterator[tuple[list[str], Optional[str]]
             ports.append(port)
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     hosts = [[sys.executable, "-m", "benchmarks.stub_host", "--step-s", str(STEP_S), *map(str, ports[i:i + PER_PROCESS])] for i in range(0, n, PER_PROCESS)]
-    with _processes(hosts):
+    with _processes(hosts) as stubs:
         for url in urls:
             _wait(url + "/health", lambda r: r.status_code == 200, 300)
         if not with_smg:
-            yield urls, None
+            yield FleetUnderTest(urls, None, [p.pid for p in stubs])
             return
         port = free_loopback_port()
         smg = [sys.executable, "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
                "--prometheus-port", str(free_loopback_port()), "--worker-urls", *urls, "--api-key", KEY, "--enable-rl", "--log-level", "warn"]
         gateway = f"http://127.0.0.1:{port}"
-        with _processes([smg]):
+        with _processes([smg]) as (gateway_process,):
             _wait(gateway + "/v1/rl/workers", lambda r: r.status_code == 200 and sum(w["health"] == "ready" for w in r.json()["workers"]) == n, 300)
-            yield urls, gateway
+            yield FleetUnderTest(urls, gateway, [p.pid for p in stubs], gateway_process.pid)
 
 
-async def one_round(servers: list[ServerClient], held: HeldRequests, fleet: Fleet, requests: int) -> tuple[float, float]:
-    """Milliseconds for *fleet* to abort until idle with *requests* in flight on every stub, and
-    the CPU milliseconds this (the calling) process spent on it."""
+async def one_round(servers: list[ServerClient], held: HeldRequests, fleet: Fleet, requests: int, pids: dict[str, list[int]]) -> dict[str, float]:
+    """Milliseconds for *fleet* to abort until idle with *requests* in flight on every stub
+    (``ms``), and the CPU milliseconds each group of *pids* spent meanwhile (``<name>_cpu``;
+    ``client_cpu`` is this process's)."""
     await held.fill(requests)
     for s in servers:
         while (await s.loads()).in_flight < requests:
             await asyncio.sleep(0.01)
-    start, cpu = time.perf_counter(), time.process_time()
+    pids = {**pids, "client": [os.getpid()]}
+    before = {name: sum(map(cpu_seconds, group)) for name, group in pids.items()}
+    start = time.perf_counter()
     result = await fleet.abort_until_idle(timeout_s=120)
-    took, cpu = ms(time.perf_counter() - start), ms(time.process_time() - cpu)
+    took = ms(time.perf_counter() - start)
+    cpu = {f"{name}_cpu": ms(sum(map(cpu_seconds, group)) - before[name]) for name, group in pids.items()}
     if not result.ok:
         first = result.failed[0]
         raise RuntimeError(f"abort until idle failed on {len(result.failed)} of {len(servers)} servers, first {first.url}: {first.error}")
-    return took, cpu
+    return {"ms": took, **cpu}
 
 
-async def measure(urls: list[str], gateway: Optional[str], rounds: int, requests: int) -> dict[str, list[float]]:
-    """Alternating rounds of both ways on one fleet."""
-    # client_cpu: the client's own CPU time for its fan-out (the servers share the machine's
-    # cores, so the wall time grows with their number even where the fan-out's cost does not).
-    out: dict[str, list[float]] = {"client": [], "smg": [], "client_cpu": []}
+async def measure(fleet_under_test: FleetUnderTest, rounds: int, requests: int) -> dict[str, list[dict[str, float]]]:
+    """Alternating rounds of both ways on one fleet: per way, each round's :func:`one_round`."""
+    # The CPU times say where the wall time went: the stubs share the machine's two cores with
+    # the client and smg, so the wall time grows with their number even where the fan-out's own
+    # cost does not.
+    urls, gateway = fleet_under_test.urls, fleet_under_test.gateway
+    out: dict[str, list[dict[str, float]]] = {"client": [], "smg": []}
+    pids = {"stubs": fleet_under_test.stub_pids}
+    if fleet_under_test.smg_pid is not None:
+        pids["smg"] = [fleet_under_test.smg_pid]
     servers = [ServerClient(u, api_key=KEY) for u in urls]
     with HeldRequests(urls) as held:
         async with contextlib.AsyncExitStack() as stack:
@@ -113,10 +136,7 @@ async def measure(urls: list[str], gateway: Optional[str], rounds: int, requests
                 ways["smg"] = await stack.enter_async_context(Fleet(gateway=gateway, api_key=KEY))
             for _ in range(rounds):
                 for name, fleet in ways.items():
-                    took, cpu = await one_round(servers, held, fleet, requests)
-                    out[name].append(took)
-                    if name == "client":
-                        out["client_cpu"].append(cpu)
+                    out[name].append(await one_round(servers, held, fleet, requests, pids))
             for s in servers:
                 await s.aclose()
         answered, failed = held.close()
@@ -131,31 +151,37 @@ def run(sizes: list[int], rounds: int, requests: int, with_smg: bool) -> dict:
     for n in sizes:
         progress(f"figure 6: {n} stub servers" + (" and smg" if with_smg else ""))
         try:
-            with fleet_of(n, with_smg) as (urls, gateway):
-                rows.append({"servers": n, **asyncio.run(measure(urls, gateway, rounds, requests))})
+            with fleet_of(n, with_smg) as fleet_under_test:
+                rows.append({"servers": n, **asyncio.run(measure(fleet_under_test, rounds, requests))})
         except (RuntimeError, OSError, httpx.HTTPError) as exc:
             # Recorded in the table, and the sizes already measured are kept.
-            rows.append({"servers": n, "client": [], "smg": [], "client_cpu": [], "error": f"{type(exc).__name__}: {exc}"[:2000]})
+            rows.append({"servers": n, "client": [], "smg": [], "error": f"{type(exc).__name__}: {exc}"[:2000]})
             progress(f"figure 6: {n} servers failed: {rows[-1]['error']}")
             continue
-        progress(f"figure 6: {n} servers: client {stats(rows[-1]['client'])['median']:.0f} ms"
-                 + (f", smg {stats(rows[-1]['smg'])['median']:.0f} ms" if rows[-1]["smg"] else ""))
+        progress(f"figure 6: {n} servers: client {stats(series(rows[-1]['client']))['median']:.0f} ms"
+                 + (f", smg {stats(series(rows[-1]['smg']))['median']:.0f} ms" if rows[-1]["smg"] else ""))
     return {"figure": 6, "step_s": STEP_S, "rounds": rounds, "requests_per_server": requests, "per_process": PER_PROCESS, "rows": rows}
 
 
+def series(rounds: list[dict[str, float]], key: str = "ms") -> list[float]:
+    """One measure (``ms``, ``client_cpu``, ``stubs_cpu``, ``smg_cpu``) of every round."""
+    return [r[key] for r in rounds if key in r]
+
+
 def table(data: dict) -> str:
-    """Median / p95 (ms) and the multiple of one server, per way."""
-    base = {w: stats(data["rows"][0][w]).get("median") for w in ("client", "smg")}
-    out = ["| servers | client fan-out, median / p95 (ms) | x one server | client's CPU for it, median (ms) | through smg, median / p95 (ms) | x one server |",
-           "|---|---|---|---|---|---|"]
+    """Per way: median / p95 (ms), the multiple of one server, and the median CPU times."""
+    base = {w: stats(series(data["rows"][0][w])).get("median") for w in ("client", "smg")}
+    cpus = {"client": ("client", "stubs"), "smg": ("smg", "stubs")}
+    out = ["| servers | client fan-out, median / p95 (ms) | x one server | CPU: client / stubs (ms) "
+           "| through smg, median / p95 (ms) | x one server | CPU: smg / stubs (ms) |",
+           "|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         cells = []
         for w in ("client", "smg"):
-            s = stats(r[w])
+            s = stats(series(r[w]))
             cells += [f"{s['median']:.0f} / {s['p95']:.0f}", f"{s['median'] / base[w]:.2f}"] if s["n"] and base[w] else ["-", "-"]
-            if w == "client":
-                cpu = stats(r.get("client_cpu", []))
-                cells.append(f"{cpu['median']:.0f}" if cpu["n"] else "-")
+            cpu = [stats(series(r[w], f"{who}_cpu")) for who in cpus[w]]
+            cells.append(" / ".join(f"{c['median']:.0f}" for c in cpu) if all(c["n"] for c in cpu) else "-")
         out.append(f"| {r['servers']} | " + " | ".join(cells) + " |")
     out += [f"\nNot measured at {r['servers']} servers: {r['error']}" for r in data["rows"] if r.get("error")]
     return "\n".join(out)

@@ -94,7 +94,7 @@ def plots() -> list[Path]:
         xs = [r["servers"] for r in fleet["rows"]]
         for way in ("client", "smg"):
             if all(r[way] for r in fleet["rows"]):
-                ax.plot(xs, [_med(r[way]) for r in fleet["rows"]], "o-", label=way)
+                ax.plot(xs, [_med(fleets.series(r[way])) for r in fleet["rows"]], "o-", label=way)
         ax.set(xscale="log", xlabel="stub servers", ylabel="abort until idle, ms (median)", title="fleets")
         ax.legend()
         made.append(_save(fig, "fleets.png"))

@@ -13,7 +13,7 @@ plugin lets it sleep (docs/engine-notes.md).
 Run it with no other engine on the machine (it starts its own; timings compare only within one
 run):
 
-    nice -n 5 .venv/bin/python benchmarks/sglang_dp.py --rounds 12
+    nice -n 5 .venv/bin/python -m benchmarks.sglang_dp --rounds 12
 
 It prints a markdown table (median and p95 in milliseconds) and writes the samples as JSON to
 ``benchmarks/results/sglang_dp-<time>.json``.
@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from .common import cpu_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -100,12 +102,6 @@ def group_processes(pgid: int) -> dict[int, str]:
         if int(fields[2]) == pgid and fields[0] != b"Z":
             found[int(entry)] = cmdline[:60]
     return found
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of *pid* so far."""
-    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def idle_cpu(pgid: int, window_s: float = IDLE_WINDOW_S) -> dict[str, float]:
