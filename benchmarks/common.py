@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import statistics
 import sys
@@ -72,3 +73,30 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of *pid* so far."""
     fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def group_processes(pgid: int) -> dict[int, str]:
+    """The processes of process group *pgid*: pid -> the start of its command line (SGLang's process title)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            found[int(entry)] = cmdline[:60]
+    return found
+
+
+def median_interval(values: Iterable[float], confidence: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
+    """A bootstrap interval for the median of *values* (percentile method, seeded: the same
+    data gives the same interval)."""
+    values = list(values)
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    cut = (1 - confidence) / 2
+    return medians[int(cut * resamples)], medians[min(resamples - 1, int((1 - cut) * resamples))]

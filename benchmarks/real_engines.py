@@ -17,7 +17,12 @@ them, so that both see the same machine.
    ``/update_weight_version`` with its default body on the engine without the plugin, the
    contract's on the engine with it; a request is lost if its answer is not a full generation.
 4. **overhead**: generation throughput (N requests of ``THROUGHPUT_TOKENS`` tokens, tokens per
-   second) with the plugin and without, alternating; and one short request's latency.
+   second) with the plugin and without, alternating, ``OVERHEAD_PAIRS`` rounds per round of the
+   other figures; and one short request's latency. Each round also reads the CPU time of the
+   server's processes from ``/proc``: the API server's (where the plugin runs; the schedulers and
+   engine cores run none of its code) and all of them, per generated token. On two shared cores
+   a round's throughput varies by a quarter from one round to the next, so the ratio is the
+   median of each round's plugin / no-plugin ratio, with a bootstrap 95% interval.
 """
 
 from __future__ import annotations
@@ -34,12 +39,14 @@ import httpx
 from engine_plugins.client.loads import parse_vllm_metrics
 from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
-from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
+from .common import cpu_seconds, group_processes, stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
 
 PROMPT = [1, 15, 27, 33, 41]
 LONG_TOKENS = 1500
 STEP_TOKENS = 32
 THROUGHPUT_TOKENS = 64
+# Figure 4's rounds per round of the others: its effect is a few percent, its noise a quarter.
+OVERHEAD_PAIRS = 3
 SLIME_SLEEP_S = 3.0
 VLLM_POLL_S = 0.1
 COUNTS = (8, 32, 128)
@@ -70,8 +77,10 @@ _COUNTER = re.compile(r"^(sglang|vllm):generation_tokens_total(?:\{[^}]*\})?\s+(
 class Engine:
     """One running server and how to talk to it natively and through the contract."""
 
-    def __init__(self, engine: str, url: str, plugin: bool) -> None:
+    def __init__(self, engine: str, url: str, plugin: bool, pid: int) -> None:
         self.engine, self.url, self.plugin = engine, url, plugin
+        self.pid = pid
+        """The API server's process, the leader of the server's process group."""
         # Idle connections are dropped well before the servers' keep-alive (uvicorn: 5 s) closes
         # them, so that a call never goes out on a connection the server is closing.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=1.0)
@@ -198,13 +207,20 @@ async def bump_round(e: Engine, n: int) -> dict:
 
 
 async def throughput_round(e: Engine, n: int) -> dict:
-    """Tokens per second of *n* native requests of THROUGHPUT_TOKENS, and one short request's latency."""
+    """Tokens per second of *n* native requests of THROUGHPUT_TOKENS, one short request's latency,
+    and the CPU milliseconds the API server's process and all the server's processes spent on
+    them."""
+    processes = group_processes(e.pid)
+    api_cpu, all_cpu = cpu_seconds(e.pid), sum(map(cpu_seconds, processes))
     start = time.perf_counter()
     answers = await asyncio.gather(*[e.native_request(THROUGHPUT_TOKENS) for _ in range(n)])
     seconds = time.perf_counter() - start
     start = time.perf_counter()
     await e.native_request(1)
-    return {"tokens_per_s": sum(a["tokens"] for a in answers) / seconds, "short_ms": ms(time.perf_counter() - start)}
+    short_ms = ms(time.perf_counter() - start)
+    tokens = sum(a["tokens"] for a in answers)
+    return {"tokens_per_s": tokens / seconds, "short_ms": short_ms, "tokens": tokens + 1, "requests": n + 1,
+            "api_cpu_ms": ms(cpu_seconds(e.pid) - api_cpu), "all_cpu_ms": ms(sum(map(cpu_seconds, processes)) - all_cpu)}
 
 
 async def measure(engine: str, native: Engine, plugin: Engine, rounds: int, counts: tuple[int, ...], figures: set[int]) -> dict:
@@ -238,7 +254,7 @@ async def measure(engine: str, native: Engine, plugin: Engine, rounds: int, coun
     if 4 in figures:
         n = counts[len(counts) // 2]
         out["overhead"] = {"requests": n, "native": [], "plugin": []}
-        for i in range(rounds):
+        for i in range(rounds * OVERHEAD_PAIRS):
             order = ((native, "native"), (plugin, "plugin")) if i % 2 == 0 else ((plugin, "plugin"), (native, "native"))
             for e, name in order:
                 out["overhead"][name].append(await throughput_round(e, n))
@@ -248,7 +264,8 @@ async def measure(engine: str, native: Engine, plugin: Engine, rounds: int, coun
 
 @contextlib.contextmanager
 def servers(engine: str):
-    """The engine without the plugin and with it, both up; fails loudly (the log tail) if either cannot start."""
+    """The engine without the plugin and with it, both up (their :class:`EngineServer`); fails
+    loudly (the log tail) if either cannot start."""
     native_env = {"SGLANG_PLUGINS": "no_such_plugin"} if engine == "sglang" else {"VLLM_PLUGINS": "no_such_plugin", "VLLM_SERVER_DEV_MODE": "1"}
     plugin_env = {} if engine == "sglang" else {"VLLM_PLUGINS": "engine_plugins"}
     extra = ["--enable-metrics"] if engine == "sglang" else []
@@ -256,15 +273,16 @@ def servers(engine: str):
     with EngineServer(engine, REPO, api_key=KEY, env=native_env, extra_args=extra) as a, \
             EngineServer(engine, REPO, api_key=KEY, env=plugin_env, extra_args=extra) as b:
         progress(f"{engine} servers up: {a.url} (no plugin), {b.url} (plugin)")
-        yield a.url, b.url
+        yield a, b
 
 
 def run(engine: str, rounds: int, counts: tuple[int, ...], figures: set[int]) -> dict:
     """Figures 1-4 on *engine*; the raw data."""
     ensure_engine(engine, REPO)
-    with servers(engine) as (native_url, plugin_url):
+    with servers(engine) as (native_server, plugin_server):
         async def go() -> dict:
-            native, plugin = Engine(engine, native_url, False), Engine(engine, plugin_url, True)
+            native = Engine(engine, native_server.url, False, native_server.process.pid)
+            plugin = Engine(engine, plugin_server.url, True, plugin_server.process.pid)
             try:
                 return await measure(engine, native, plugin, rounds, counts, figures)
             finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import fleets, stub_scaling
-from .common import RESULTS, read_json, stats
+from .common import RESULTS, median_interval, read_json, stats
 from .vllm_api_servers import summary as api_servers_table
 
 ENGINES = ("sglang", "vllm")
@@ -47,14 +47,34 @@ def bump_and_overhead_table(data: dict) -> str:
         rows.append(f"| 3. requests lost on a weight-version bump | {lost['native default'][0]}/{lost['native default'][1]} "
                     f"| {lost['plugin'][0]}/{lost['plugin'][1]} | - |")
     if data.get("overhead"):
-        o = data["overhead"]
-        tput = {w: _med([r["tokens_per_s"] for r in o[w]]) for w in ("native", "plugin")}
-        short = {w: _med([r["short_ms"] for r in o[w]]) for w in ("native", "plugin")}
-        rows.append(f"| 4. throughput, {o['requests']} requests (tokens/s, median) | {tput['native']:.0f} | {tput['plugin']:.0f} "
-                    f"| {tput['plugin'] / tput['native']:.3f} |")
-        rows.append(f"| 4. one short request (ms, median) | {short['native']:.1f} | {short['plugin']:.1f} "
-                    f"| {short['plugin'] - short['native']:+.1f} ms |")
+        rows += overhead_rows(data["overhead"])
     return "\n".join(rows)
+
+
+def overhead_rows(o: dict) -> list[str]:
+    """Figure 4: throughput (the median of the rounds' own ratios, with its 95% interval), the
+    CPU time per request and per token, one short request."""
+    pairs = list(zip(o["native"], o["plugin"]))
+    ratios = [p["tokens_per_s"] / n["tokens_per_s"] for n, p in pairs]
+    low, high = median_interval(ratios)
+    tput = {w: _med([r["tokens_per_s"] for r in o[w]]) for w in ("native", "plugin")}
+    rows = [f"| 4. throughput, {o['requests']} requests (tokens/s, median of {len(pairs)} rounds) | {tput['native']:.0f} "
+            f"| {tput['plugin']:.0f} | {_med(ratios):.3f} (95% interval {low:.3f}-{high:.3f}) |"]
+    if all("api_cpu_ms" in r for r in o["native"] + o["plugin"]):
+        # Over all rounds: /proc counts CPU time in 10 ms ticks, a tenth of one round's.
+        def per(key: str, unit: str, way: str) -> float:
+            return sum(r[key] for r in o[way]) / sum(r[unit] for r in o[way])
+
+        api = {w: per("api_cpu_ms", "requests", w) for w in ("native", "plugin")}
+        per_token = {w: per("all_cpu_ms", "tokens", w) for w in ("native", "plugin")}
+        rows.append(f"| 4. the API server's CPU per request (ms, all rounds) | {api['native']:.2f} | {api['plugin']:.2f} "
+                    f"| {api['plugin'] - api['native']:+.2f} ms |")
+        rows.append(f"| 4. all the server's CPU per generated token (ms, all rounds) | {per_token['native']:.3f} "
+                    f"| {per_token['plugin']:.3f} | {per_token['plugin'] / per_token['native']:.3f} |")
+    short = {w: _med([r["short_ms"] for r in o[w]]) for w in ("native", "plugin")}
+    rows.append(f"| 4. one short request (ms, median) | {short['native']:.1f} | {short['plugin']:.1f} "
+                f"| {short['plugin'] - short['native']:+.1f} ms |")
+    return rows
 
 
 def plots() -> list[Path]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from .common import cpu_seconds
+from .common import cpu_seconds, group_processes
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -85,23 +84,6 @@ async def measure(url: str, rounds: int, n: int, loads_calls: int) -> dict[str, 
                 raise RuntimeError(f"the abort with wait did not leave the server idle: {answer}")
             await asyncio.gather(*tasks)
     return out
-
-
-def group_processes(pgid: int) -> dict[int, str]:
-    """The processes of process group *pgid*: pid -> SGLang's process title (its cmdline)."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            found[int(entry)] = cmdline[:60]
-    return found
 
 
 def idle_cpu(pgid: int, window_s: float = IDLE_WINDOW_S) -> dict[str, float]:
