@@ -159,7 +159,9 @@ def markdown(command: Optional[str] = None) -> str:
         parts += ["", f"## Figure 6: fleets of stubs (one step every {fleet.get('step_s', 0.004)} s), {fleet['requests_per_server']} requests each, {fleet['rounds']} rounds", "", fleets.table(fleet)]
     api = read_json("vllm_api_servers")
     if api:
-        parts += ["", f"## Figure 7: vLLM with several API processes, {api['requests']} requests", "", api_servers_table(api["runs"])]
+        how = ", both servers up and the rounds alternating" if api.get("alternating") else ", one server after the other"
+        parts += ["", f"## Figure 7: vLLM with several API processes, {api['requests']} requests, {len(api['runs'][0]['rounds'])} rounds{how}",
+                  "", api_servers_table(api["runs"])]
     return "\n".join(parts) + "\n"
 
 

@@ -1,5 +1,6 @@
 """Abort-to-idle and loads on a real vLLM with one API server process and with two, side by side
-in one run (the plugin loaded in both):
+in one run (the plugin loaded in both; both servers up at once and the rounds alternating
+between them, so that both see the same machine):
 
 - **abort to idle**: N long ``/partial_generate`` requests, each on a connection of its own (so
   that with two processes they spread over both), all running; then ``POST /abort_requests
@@ -9,7 +10,7 @@ in one run (the plugin loaded in both):
 - **one short request**: a ``/partial_generate`` of one token with its own ``request_id`` (which
   the other processes are asked about while it starts), on an idle server.
 
-Run it with no other engine on the machine (it starts its own, one after the other):
+Run it with no other engine on the machine (it starts its own):
 
     nice -n 5 .venv/bin/python -m benchmarks.vllm_api_servers --rounds 10
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import time
@@ -84,16 +86,16 @@ async def one_round(url: str, n: int, loads_calls: int) -> dict:
             "processes": sorted(processes)}
 
 
-async def measure(api_servers: int, rounds: int, n: int, loads_calls: int) -> dict:
-    """All rounds on a server with *api_servers* API processes."""
-    extra = ["--api-server-count", str(api_servers)] if api_servers > 1 else []
-    with EngineServer("vllm", REPO, api_key=KEY, env={"VLLM_PLUGINS": "engine_plugins"}, extra_args=extra) as server:
-        await one_round(server.url, n, 2)  # warm-up, not counted
-        results = []
-        for i in range(rounds):
-            results.append(await one_round(server.url, n, loads_calls))
-            print(f"  {api_servers} API process(es), round {i + 1}/{rounds}: abort {results[-1]['abort_ms']:.0f} ms", flush=True)
-    return {"api_servers": api_servers, "rounds": results}
+async def measure(urls: dict[int, str], rounds: int, n: int, loads_calls: int) -> list[dict]:
+    """Every round on each server (by its number of API processes), the order alternating."""
+    for url in urls.values():
+        await one_round(url, n, 2)  # warm-up, not counted
+    results: dict[int, list[dict]] = {api_servers: [] for api_servers in urls}
+    for i in range(rounds):
+        for api_servers in (list(urls) if i % 2 == 0 else list(reversed(urls))):
+            results[api_servers].append(await one_round(urls[api_servers], n, loads_calls))
+            print(f"  {api_servers} API process(es), round {i + 1}/{rounds}: abort {results[api_servers][-1]['abort_ms']:.0f} ms", flush=True)
+    return [{"api_servers": api_servers, "rounds": rounds_of} for api_servers, rounds_of in results.items()]
 
 
 def summary(runs: list[dict]) -> str:
@@ -121,17 +123,21 @@ def summary(runs: list[dict]) -> str:
 
 
 def run(rounds: int, requests: int = 16, loads_calls: int = 10) -> dict:
-    """Measure one API process, then two (figure 7 of ``make bench``); the raw figures."""
+    """Measure one API process and two, alternating (figure 7 of ``make bench``); the raw figures."""
     ensure_engine("vllm", REPO)
-    runs = []
-    for api_servers in (1, 2):
-        print(f"vLLM with {api_servers} API process(es):", flush=True)
-        runs.append(asyncio.run(measure(api_servers, rounds, requests, loads_calls)))
-    return {"requests": requests, "runs": runs}
+    with contextlib.ExitStack() as servers:
+        urls = {}
+        for api_servers in (1, 2):
+            extra = ["--api-server-count", str(api_servers)] if api_servers > 1 else []
+            server = EngineServer("vllm", REPO, api_key=KEY, env={"VLLM_PLUGINS": "engine_plugins"}, extra_args=extra)
+            urls[api_servers] = servers.enter_context(server).url
+        print(f"vLLM with 1 API process at {urls[1]}, with 2 at {urls[2]}", flush=True)
+        runs = asyncio.run(measure(urls, rounds, requests, loads_calls))
+    return {"requests": requests, "alternating": True, "runs": runs}
 
 
 def main() -> None:
-    """Measure one API process, then two; print the table and write the JSON."""
+    """Measure one API process and two; print the table and write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--requests", type=int, default=16)
