@@ -10,11 +10,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 KEY = "bench-key"
+Way = TypeVar("Way")
 
 
 def p95(values: Iterable[float]) -> float:
@@ -100,3 +101,9 @@ def median_interval(values: Iterable[float], confidence: float = 0.95, resamples
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
     cut = (1 - confidence) / 2
     return medians[int(cut * resamples)], medians[min(resamples - 1, int((1 - cut) * resamples))]
+
+
+def in_turn(ways: Sequence[Way], round_index: int) -> list[Way]:
+    """The order in which round *round_index* runs *ways*: reversed every other round, so that
+    none always runs first (right after the other's load, or on a machine that has just quietened)."""
+    return list(ways) if round_index % 2 == 0 else list(reversed(ways))

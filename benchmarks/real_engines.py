@@ -39,7 +39,7 @@ import httpx
 from engine_plugins.client.loads import parse_vllm_metrics
 from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
-from .common import cpu_seconds, group_processes, stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
+from .common import cpu_seconds, group_processes, in_turn, stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
 
 PROMPT = [1, 15, 27, 33, 41]
 LONG_TOKENS = 1500
@@ -255,8 +255,7 @@ async def measure(engine: str, native: Engine, plugin: Engine, rounds: int, coun
         n = counts[len(counts) // 2]
         out["overhead"] = {"requests": n, "native": [], "plugin": []}
         for i in range(rounds * OVERHEAD_PAIRS):
-            order = ((native, "native"), (plugin, "plugin")) if i % 2 == 0 else ((plugin, "plugin"), (native, "native"))
-            for e, name in order:
+            for e, name in in_turn(((native, "native"), (plugin, "plugin")), i):
                 out["overhead"][name].append(await throughput_round(e, n))
         progress(f"{engine} figure 4: done")
     return out

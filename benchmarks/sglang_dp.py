@@ -27,15 +27,12 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from .common import cpu_seconds, group_processes
+from .common import REPO, RESULTS, cpu_seconds, group_processes
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results"
 KEY = "timing-key"
 LONG_TOKENS = 1500
 # Seconds over which the idle CPU use of each SGLang process is read.
@@ -114,7 +111,6 @@ def main() -> None:
     parser.add_argument("--loads-calls", type=int, default=5, help="GET /v1/loads calls per round, while the requests run")
     parser.add_argument("--label", default="", help="a note stored with the results (e.g. what was changed)")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "tests"))
     from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
     import targets  # noqa: F401  (first: it imports every targets_<engine> module itself)

@@ -26,16 +26,13 @@ import contextlib
 import json
 import statistics
 import time
-from pathlib import Path
 
 import httpx
 
 from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
-from .common import p95
+from .common import REPO, RESULTS, in_turn, p95
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
 KEY = "timing-key"
 
 
@@ -92,7 +89,7 @@ async def measure(urls: dict[int, str], rounds: int, n: int, loads_calls: int) -
         await one_round(url, n, 2)  # warm-up, not counted
     results: dict[int, list[dict]] = {api_servers: [] for api_servers in urls}
     for i in range(rounds):
-        for api_servers in (list(urls) if i % 2 == 0 else list(reversed(urls))):
+        for api_servers in in_turn(list(urls), i):
             results[api_servers].append(await one_round(urls[api_servers], n, loads_calls))
             print(f"  {api_servers} API process(es), round {i + 1}/{rounds}: abort {results[api_servers][-1]['abort_ms']:.0f} ms", flush=True)
     return [{"api_servers": api_servers, "rounds": rounds_of} for api_servers, rounds_of in results.items()]

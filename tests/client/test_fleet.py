@@ -7,6 +7,8 @@ import time
 import pytest
 
 from engine_plugins.client import Fleet, ServerClient
+from engine_plugins.client.errors import ServerError
+from engine_plugins.client.transport import Transport, make_http_client
 
 from .conftest import KEY
 from .servers import raw_socket_server
@@ -73,8 +75,6 @@ async def test_500_is_reported_with_the_servers_message(failing_url):
 async def test_a_5xx_on_one_route_is_a_per_server_http_failure(stub_fleet):
     async with ServerClient(stub_fleet[0].url, api_key=KEY) as server:
         await server.detection()
-        from engine_plugins.client.errors import ServerError
-
         with pytest.raises(ServerError) as err:
             await server.transport.call("POST", "/partial_generate", {"input_ids": []})
     assert err.value.kind == "http" and err.value.status == 400 and "input_ids" in err.value.message
@@ -107,9 +107,6 @@ async def test_a_server_that_hangs_up_is_reported_as_disconnected(hang_up_url, s
 
 
 async def test_a_control_call_on_a_connection_the_server_just_closed_is_sent_again():
-    from engine_plugins.client.errors import ServerError
-    from engine_plugins.client.transport import Transport, make_http_client
-
     with raw_socket_server("answer_once") as url:
         async with make_http_client() as http:
             transport = Transport(url, http)
