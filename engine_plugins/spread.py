@@ -213,7 +213,7 @@ class ServerControl:
 
     async def _peer_counts(self) -> dict:
         counts = self.local.in_flight_counts()
-        return {"in_flight": counts.in_flight, "by_version": counts.by_version}
+        return {"in_flight": counts.in_flight, "by_version": counts.by_version, "oldest": counts.oldest}
 
     async def _peer_has_request_id(self, request_id: str) -> bool:
         return self.local.registry.has_request_id(request_id)

@@ -1,6 +1,6 @@
 """Engine-neutral rules of the control that are easiest to see without HTTP."""
 
-from engine_plugins.control import _reconcile, _spans, new_rid
+from engine_plugins.control import InFlightCounts, _reconcile, _spans, new_rid
 from engine_plugins.schema import WeightVersionSpan
 from engine_plugins.seam import Generation
 
@@ -30,3 +30,15 @@ def test_engine_spans_win_when_they_cover_the_output():
 def test_spans_from_version_changes_when_the_engine_reports_none():
     spans = _spans(Generation([1, 2, 3, 4], [0] * 4, "length"), [(0, "a"), (3, "b"), (3, "c")])
     assert [s.model_dump() for s in spans] == [{"version": "a", "start": 0, "end": 3}, {"version": "c", "start": 3, "end": 4}]
+
+
+def test_counts_of_several_front_ends_merge_oldest_version_first():
+    # The process answering holds only the newest request: its version must still come last.
+    answering = InFlightCounts(1, {"v2": 1}, {"v2": 2})
+    peer = InFlightCounts(3, {"v1": 2, "v2": 1}, {"v1": 1, "v2": 2})
+    merged = answering.plus(peer)
+    assert list(merged.by_version.items()) == [("v1", 2), ("v2", 2)]
+    assert merged.in_flight == 4 and merged.oldest == {"v1": 1, "v2": 2}
+    # A name bumped to twice sits where its oldest requests were admitted.
+    again = InFlightCounts(1, {"v1": 1}, {"v1": 3}).plus(InFlightCounts(2, {"v1": 1, "v0": 1}, {"v1": 1, "v0": 0}))
+    assert list(again.by_version) == ["v0", "v1"] and again.by_version["v1"] == 2
