@@ -80,7 +80,7 @@ class InFlightCounts:
             oldest[name] = min(generation, oldest.get(name, generation))
         names = sorted({**self.by_version, **other.by_version}, key=lambda n: oldest.get(n, 0))
         by_version = {n: self.by_version.get(n, 0) + other.by_version.get(n, 0) for n in names}
-        return InFlightCounts(self.in_flight + other.in_flight, by_version, {n: oldest[n] for n in names if n in oldest})
+        return InFlightCounts(self.in_flight + other.in_flight, by_version, oldest)
 
 
 def new_rid() -> str:

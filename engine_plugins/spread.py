@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 from typing import Any, Iterator, Optional
 
 from .control import InFlightCounts, RolloutControl
@@ -212,8 +213,7 @@ class ServerControl:
             return []  # a version this process never had: it holds nothing older than it
 
     async def _peer_counts(self) -> dict:
-        counts = self.local.in_flight_counts()
-        return {"in_flight": counts.in_flight, "by_version": counts.by_version, "oldest": counts.oldest}
+        return dataclasses.asdict(self.local.in_flight_counts())
 
     async def _peer_has_request_id(self, request_id: str) -> bool:
         return self.local.registry.has_request_id(request_id)
