@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 BENCH_FIGURES ?=
 BENCH_ROUNDS ?=
 
-.PHONY: setup engines test test-fast demo bench clean
+.PHONY: setup engines test test-fast demo bench clean fresh-machine-check
 
 # The development environment: this package, editable, with its test tools.
 $(VENV)/.installed: pyproject.toml
@@ -45,6 +45,11 @@ demo: setup
 # file to hold it (flock) while each real-engine figure runs.
 bench: $(VENV)/.bench-installed engines
 	BENCH_FIGURES=$(BENCH_FIGURES) BENCH_ROUNDS=$(BENCH_ROUNDS) $(VENV)/bin/python -m benchmarks.run
+
+# A new user's first run, on this machine: a fresh clone with every cache empty, the set-up, make demo
+# on each engine, the quick tests (FULL=1: and make test); prints each step's time and disk, cleans up.
+fresh-machine-check:
+	bash scripts/fresh-machine-check.sh $(if $(FULL),--full)
 
 clean:
 	rm -rf $(VENV) .engines .pytest_cache
