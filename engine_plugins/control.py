@@ -109,6 +109,16 @@ class RolloutControl:
         self.registry.generation = self.versions.current
         # Held while a bump is under way, so that the version is not seen as changed twice.
         self._bumping = asyncio.Lock()
+        # Held while the pause state changes (the engine call and the record of it together), so
+        # that a pause and a resume that race leave the engine and the record in the state of
+        # the one that ran last. The waits that follow a pause (an abort's, a drain's) run
+        # outside it: a resume never waits for them.
+        self._pause_state = asyncio.Lock()
+        # A wait-mode pause's drain while it runs, cancelled by a resume.
+        self._draining: Optional[asyncio.Future] = None
+        # The contract's abort pause refuses new partial generations at once; SGLang's own
+        # abort-mode pause holds them at its gate instead, as SGLang does.
+        self._refusing = False
 
     # --- abort -------------------------------------------------------------------------
 
@@ -206,7 +216,7 @@ class RolloutControl:
             loads=loads,
             aggregate=aggregate,
             in_flight=counts.in_flight,
-            paused=self.pause_mode is not None,
+            paused=self.is_paused().is_paused,
             weight_version=self.seam.weight_version(),
             engine=self.seam.engine,
             in_flight_by_version=counts.by_version,
@@ -266,7 +276,8 @@ class RolloutControl:
         # Before anything else: an id outside the vocabulary would reach (and on SGLang kill) the engine.
         check_request(self.seam.model_limits(), input_ids, sampling_params)
         request_id = request_id or uuid.uuid4().hex
-        if self.pause_mode == "abort":
+        self._notice_engine_pause()
+        if self._refusing:
             return _cancelled_empty(request_id)
         if self.registry.has_request_id(request_id):
             raise ContractError(409, f"request_id {request_id!r} is already in flight", "conflict")
@@ -316,22 +327,43 @@ class RolloutControl:
 
         ``wait`` is a drain: the seam stops admitting new requests (they wait until resume, and
         are counted) and names the requests already admitted; the call returns once those are
-        released, or after *timeout_s*. *clear_cache* is passed to the engine (vLLM's).
+        released, or after *timeout_s*, or when a resume ends the pause first. *clear_cache* is
+        passed to the engine (vLLM's).
         """
         timeout = self.abort_timeout_s if timeout_s is None else timeout_s
-        self.pause_mode = mode
+        async with self._pause_state:
+            self.pause_mode, self._refusing = mode, mode == "abort"
+            if mode == "wait":
+                self._draining = drain = asyncio.ensure_future(self._drain(timeout, clear_cache))
+            else:
+                await self.seam.pause(mode, clear_cache)
         if mode == "wait":
-            await self._drain(timeout, clear_cache)
-            return self.is_paused()
-        await self.seam.pause(mode, clear_cache)
+            try:
+                await asyncio.shield(drain)
+            except asyncio.CancelledError:
+                if not drain.cancelled():
+                    drain.cancel()  # this caller was cancelled, not the drain by a resume
+                    raise
+            # A resume that ended the drain may still be telling the engine: answer once it is done.
+            async with self._pause_state:
+                return self.is_paused()
         if mode == "abort":
             await self._abort_all("pause", timeout)
+        return self.is_paused()
+
+    async def hold(self, mode: str, engine_pause: Callable[[], Awaitable[None]]) -> PauseState:
+        """Pause through an engine's own route (SGLang's ``/pause_generation``): *engine_pause*
+        runs under the same lock as the contract's pause and resume, and the pause is recorded
+        as *mode*, so that ``/is_paused``, ``/v1/loads`` and a later resume know of it."""
+        async with self._pause_state:
+            self.pause_mode, self._refusing = mode, False
+            await engine_pause()
         return self.is_paused()
 
     def refuse_new(self) -> None:
         """Enter ``abort`` mode ahead of the pause itself: new partial generations are refused
         and requests the engine cuts from now on are cut by the pause."""
-        self.pause_mode = "abort"
+        self.pause_mode, self._refusing = "abort", True
 
     async def _drain(self, timeout_s: float, clear_cache: Optional[bool]) -> bool:
         """Close admission and wait for the admitted requests; False if *timeout_s* ran out."""
@@ -344,15 +376,37 @@ class RolloutControl:
         return await self.registry.wait_released(admitted, max(0.0, end - loop.time()))
 
     async def resume(self) -> PauseState:
-        """Resume; harmless when not paused."""
-        if self.pause_mode is not None:
+        """Resume, ending a drain under way; the engine is always told, so that a pause made
+        behind the contract's back (or one whose record was lost) is ended too."""
+        async with self._pause_state:
+            drain, self._draining = self._draining, None
+            if drain is not None and not drain.done():
+                # Its engine call may be on its way: it must land before the resume, not after.
+                drain.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await drain
             await self.seam.resume()
-            self.pause_mode = None
+            self.pause_mode, self._refusing = None, False
         return self.is_paused()
 
     def is_paused(self) -> PauseState:
-        """The pause state set through the contract."""
-        return PauseState(is_paused=self.pause_mode is not None, mode=self.pause_mode)
+        """The pause state: the engine's own where it can tell (a pause through its own routes,
+        or one ended behind the contract's back), else the one set through the contract."""
+        self._notice_engine_pause()
+        mode = self.pause_mode
+        if mode is None:
+            engine = self.seam.engine_pause()
+            mode = engine.mode if engine is not None and engine.paused else None
+        return PauseState(is_paused=mode is not None, mode=mode)
+
+    def _notice_engine_pause(self) -> None:
+        """Forget a pause that the engine says has ended (resumed through its own route), unless
+        a pause or resume is changing the state right now."""
+        if self.pause_mode is None or self._pause_state.locked():
+            return
+        engine = self.seam.engine_pause()
+        if engine is not None and not engine.paused:
+            self.pause_mode, self._refusing = None, False
 
     def weight_version(self) -> str:
         """The weight version new tokens are generated with."""

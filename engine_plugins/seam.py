@@ -32,6 +32,15 @@ class Generation:
     weight_versions: list[WeightVersionSpan] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class EnginePause:
+    """A pause as the engine itself reports it: whether it is paused, and the contract's mode
+    closest to the engine's (``keep`` for a frozen scheduler, ``abort`` for held admission)."""
+
+    paused: bool
+    mode: Optional[str] = None
+
+
 class EngineSeam(Protocol):
     """What the control logic needs from an engine. All methods run on the engine's event loop."""
 
@@ -86,7 +95,12 @@ class EngineSeam(Protocol):
         which the control waits for. May itself wait for the engine's own drain."""
 
     async def resume(self) -> None:
-        """Undo :meth:`pause`; held and frozen requests go on."""
+        """Undo :meth:`pause`; held and frozen requests go on. Harmless when not paused: the
+        control always calls it, so that a pause it has no record of is ended too."""
+
+    def engine_pause(self) -> Optional["EnginePause"]:
+        """The pause the engine itself holds, whoever set it; None where every pause goes through
+        the contract, so that the contract's own record is the truth."""
 
     def api_keys(self) -> list[str]:
         """Bearer keys the engine itself is configured with (empty when it has none)."""

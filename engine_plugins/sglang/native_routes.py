@@ -9,7 +9,11 @@ request bodies and answers (answers only gain fields), plus the plugin's fixes.
   prefix; here the answer is the contract's abort result, and a prefix is honoured exactly.
 - ``POST /pause_generation`` (SGLang's, replaced): ``abort`` mode (the default) holds new
   requests at the pause gate and aborts every request past it, answering as soon as they are
-  released instead of on SGLang's one-second poll; ``in_place`` and ``retract`` are SGLang's own.
+  released instead of on SGLang's one-second poll; ``in_place`` and ``retract`` are SGLang's
+  own. Every mode is recorded as the contract's pause (``/is_paused`` says so).
+- ``POST /continue_generation`` (SGLang's, replaced): the contract's resume, so that SGLang's
+  pause and the contract's are one state with one owner, ended by either route. Its answer
+  is SGLang's plus the contract's pause state.
 - ``GET /get_load`` and ``GET /get_weight_version`` (and ``/weight_version``), which SGLang
   0.5.23 no longer has and ROLL and slime still call: served in the shape older SGLang
   versions answered, from the contract's true counts, only when the engine lacks them.
@@ -29,6 +33,7 @@ from ..errors import ContractError
 from ..http_api import ContractRoute, RouteContext, answer_json, parse_body
 
 _PAUSE_ANSWER = {"message": "Generation paused successfully.", "status": "ok"}
+_CONTINUE_ANSWER = {"message": "Generation continued successfully.", "status": "ok"}
 
 
 class NativeAbortRequest(BaseModel):
@@ -82,18 +87,27 @@ def _ids_of(entries: Any) -> list[str]:
 
 
 async def pause_generation(ctx: RouteContext, request: Request) -> Any:
-    """SGLang's ``/pause_generation``; ``abort`` mode answers as soon as the requests are out."""
+    """SGLang's ``/pause_generation``; ``abort`` mode answers as soon as the requests are out.
+
+    Every mode goes through the control's pause lock and is recorded there (``in_place`` and
+    ``retract`` as the contract's ``keep``, ``abort`` as its ``abort``), so that ``/is_paused``,
+    ``/v1/loads``, an abort by id and the next resume all know of it."""
     body = await parse_body(request, NativePauseRequest, ctx.settings.max_body_bytes)
     if body.mode not in ("abort", "in_place", "retract"):
         raise ContractError(400, f"mode: expected 'abort', 'in_place' or 'retract' (got {body.mode!r})")
     control = ctx.hooks.control()
     seam = control.seam
     if body.mode != "abort":
-        await seam.sglang.pause_generation(body.mode)
+        await control.hold("keep", lambda: seam.pause_scheduler(body.mode))
         return dict(_PAUSE_ANSWER)
     # As SGLang's: the gate closes (later requests wait for continue_generation) and every
     # request past it is aborted; those already held at the gate stay held.
-    past_gate = await seam.drain()
+    past_gate: list = []
+
+    async def close_gate() -> None:
+        past_gate.extend(await seam.drain())
+
+    await control.hold("abort", close_gate)
     request_ids = _ids_of(past_gate)
     if not request_ids:
         return {**_PAUSE_ANSWER, **answer_json(await control.nothing_aborted())}
@@ -101,6 +115,23 @@ async def pause_generation(ctx: RouteContext, request: Request) -> Any:
         "abort", request, request_ids=request_ids, wait=True, timeout_s=ctx.settings.abort_timeout_s, reason="pause"
     )
     return {**_PAUSE_ANSWER, **answer_json(result)}
+
+
+class NativeContinueRequest(BaseModel):
+    """SGLang's ``ContinueGenerationReqInput`` body (its ``torch_empty_cache`` is accepted and,
+    on the CPU and with the scheduler's own handling, left to SGLang's default)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    torch_empty_cache: bool = True
+
+
+async def continue_generation(ctx: RouteContext, request: Request) -> Any:
+    """SGLang's ``/continue_generation``, as the contract's resume: the same lock and record as
+    ``/resume``, so that a pause made through either route is ended by either."""
+    await parse_body(request, NativeContinueRequest, ctx.settings.max_body_bytes)
+    state = await ctx.hooks.call("resume", request)
+    return {**_CONTINUE_ANSWER, **answer_json(state)}
 
 
 async def get_load(ctx: RouteContext, request: Request) -> Any:
@@ -133,6 +164,7 @@ async def get_weight_version(ctx: RouteContext, request: Request) -> Any:
 REPLACED_ROUTES: tuple[ContractRoute, ...] = (
     ContractRoute("/abort_request", "POST", abort_request),
     ContractRoute("/pause_generation", "POST", pause_generation),
+    ContractRoute("/continue_generation", "POST", continue_generation),
 )
 """SGLang's routes the plugin serves in their place (with ``ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES``)."""
 

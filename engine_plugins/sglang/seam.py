@@ -15,7 +15,7 @@ from ..errors import ContractError
 from ..model_limits import ModelLimits
 from ..registry import InFlight
 from ..schema import SamplingParams, WeightVersionSpan
-from ..seam import Generation
+from ..seam import EnginePause, Generation
 from .tracking import Tracker
 
 logger = logging.getLogger(__name__)
@@ -48,8 +48,13 @@ class SGLangSeam:
         self.sglang = tracker.sglang
         self.tracker = tracker
         self.registry = tracker.registry
-        self._scheduler_pause: Optional[str] = None  # "in_place" or "retract" while paused
         self._scheduler_state = asyncio.Lock()
+
+    @property
+    def _scheduler_pause(self) -> Optional[str]:
+        """``in_place`` or ``retract`` while the scheduler is paused: the tracker's record, which
+        SGLang's own pause and continue routes update too."""
+        return self.tracker.scheduler_pause
 
     def ready(self) -> bool:
         """The seam exists only once SGLang has built its TokenizerManager."""
@@ -130,7 +135,6 @@ class SGLangSeam:
             async with self._scheduler_state:
                 if self._scheduler_pause == "in_place":
                     await self.sglang.pause_generation("retract")
-                    self._scheduler_pause = "retract"
                 # Sent under the lock: a keep pause that comes next sees these as aborted.
                 for entry in dispatched:
                     self._warn_prefix_collisions(entry.rid, entries)
@@ -171,7 +175,6 @@ class SGLangSeam:
                     aborting = [e for e in self.registry.select(None) if e.aborted and e.dispatched]
                     scheduler_mode = "retract" if aborting else "in_place"
                     await self.sglang.pause_generation(scheduler_mode)
-                    self._scheduler_pause = scheduler_mode
                     for entry in aborting:
                         if self.registry.get(entry.rid) is entry:
                             self.sglang.abort(entry.rid)
@@ -179,7 +182,6 @@ class SGLangSeam:
             if self._scheduler_pause is not None:
                 # Coming from keep: the scheduler must run for the control's abort to return.
                 await self.sglang.continue_generation()
-                self._scheduler_pause = None
             await self.sglang.close_pause_gate()
 
     async def drain(self, clear_cache: Optional[bool] = None) -> list[InFlight]:
@@ -197,7 +199,6 @@ class SGLangSeam:
             if self._scheduler_pause is not None:
                 # Coming from keep: the scheduler must run for the admitted requests to finish.
                 await self.sglang.continue_generation()
-                self._scheduler_pause = None
             await self.sglang.close_pause_gate()
             entries = self.registry.select()
         return entries if gate_was_open else [e for e in entries if e.dispatched]
@@ -206,7 +207,20 @@ class SGLangSeam:
         """SGLang's ``continue_generation``: opens the gate and restarts the scheduler."""
         async with self._scheduler_state:
             await self.sglang.continue_generation()
-            self._scheduler_pause = None
+
+    async def pause_scheduler(self, mode: str) -> None:
+        """SGLang's own ``in_place`` or ``retract`` pause (its ``/pause_generation``), under the
+        lock that orders every change of the scheduler's pause state."""
+        async with self._scheduler_state:
+            await self.sglang.pause_generation(mode)
+
+    def engine_pause(self) -> EnginePause:
+        """Paused while the pause gate is closed or the scheduler paused, whoever did it; a
+        paused scheduler is the contract's ``keep``, a closed gate alone its ``abort``."""
+        if self._scheduler_pause is not None:
+            return EnginePause(True, "keep")
+        closed = self.sglang.pause_gate_closed()
+        return EnginePause(closed, "abort" if closed else None)
 
 
 def _apply_chunk(out: Generation, chunk: dict, incremental: bool) -> None:

@@ -95,6 +95,9 @@ class Tracker:
         self._held_aborted = asyncio.Event()
         self._abort_mode_pauses = 0
         sglang.replace_request_states(lambda states: TrackedStates(states, self))
+        self.scheduler_pause: Optional[str] = None
+        """``in_place`` or ``retract`` while SGLang's scheduler is paused, else None: the one record
+        of it, kept by the hooks on the TokenizerManager's pause and continue, which every caller goes through."""
 
     def state_created(self, rid: str, state: Any) -> None:
         """SGLang accepted *rid* (health checks excepted: they are not requests)."""
@@ -126,13 +129,26 @@ class Tracker:
             self.wake_held()
 
     async def native_pause(self, pause: Any, obj: Any) -> Any:
-        """Run SGLang's own ``pause_generation`` (the awaitable *pause*), noting an abort-mode one."""
-        abort_mode = self.sglang.names.pause_mode(obj) == "abort"
+        """Run SGLang's own ``pause_generation`` (the awaitable *pause*), noting an abort-mode one,
+        and the scheduler's pause once it is in force (whoever called it: the plugin, SGLang's
+        route, or code in the server's process)."""
+        mode = self.sglang.names.pause_mode(obj)
+        abort_mode = mode == "abort"
         self._abort_mode_pauses += abort_mode
         try:
-            return await pause
+            result = await pause
         finally:
             self._abort_mode_pauses -= abort_mode
+        if mode in ("in_place", "retract"):
+            self.scheduler_pause = mode
+        return result
+
+    async def native_continue(self, continue_: Any) -> Any:
+        """Run SGLang's own ``continue_generation`` (the awaitable *continue_*): the scheduler
+        runs again and the pause gate is open."""
+        result = await continue_
+        self.scheduler_pause = None
+        return result
 
     def wake_held(self) -> None:
         """Tell the requests held before the scheduler that some of them were aborted."""
@@ -260,12 +276,16 @@ def register_hooks(names: SGLangNames) -> RegisteredHooks:
     def pause_generation(original: Any, tm: Any, obj: Any) -> Any:
         return tracker_for(names, tm).native_pause(original(tm, obj), obj)
 
+    def continue_generation(original: Any, tm: Any, obj: Any) -> Any:
+        return tracker_for(names, tm).native_continue(original(tm, obj))
+
     hooks = {
         "__init__": (after_init, "AFTER"),
         "generate_request": (generate_request, "AROUND"),
         "_mark_state_dispatched": (mark_state_dispatched, "AROUND"),
         "abort_request": (abort_request, "AROUND"),
         "pause_generation": (pause_generation, "AROUND"),
+        "continue_generation": (continue_generation, "AROUND"),
     }
     originals = {method: names.tokenizer_manager_method(method) for method in hooks}
     for method, (hook, kind) in hooks.items():

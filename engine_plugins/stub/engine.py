@@ -16,7 +16,7 @@ from typing import AsyncIterator, Optional, Sequence
 from ..model_limits import ModelLimits
 from ..registry import InFlight, InFlightRegistry
 from ..schema import SamplingParams, WeightVersionSpan
-from ..seam import Generation
+from ..seam import EnginePause, Generation
 
 EOS_TOKEN_ID = 2
 
@@ -165,6 +165,10 @@ class StubEngine:
         """Release held and frozen requests."""
         self._paused = None
         self._notify()
+
+    def engine_pause(self) -> EnginePause:
+        """The stub's own pause state."""
+        return EnginePause(self._paused is not None, "abort" if self._paused == "wait" else self._paused)
 
 
 def _extend_spans(spans: list[WeightVersionSpan], version: str, n_tokens: int) -> None:

@@ -129,3 +129,8 @@ class VllmSeam:
     async def resume(self) -> None:
         """vLLM's resume: queued and frozen requests go on."""
         await self.vllm.resume_generation()
+
+    def engine_pause(self) -> None:
+        """None: every pause of vLLM's scheduler goes through the contract (the plugin serves
+        vLLM's own ``/pause`` and ``/resume``), so the contract's record is the truth."""
+        return None

@@ -55,7 +55,7 @@ async def _held_native_requests_are_counted_then_aborted(target, pause, abort, r
         tasks = [asyncio.create_task(api.post("/generate", native_body(300, f"held-{uuid.uuid4().hex}"))) for _ in range(m)]
         loads = await api.wait_in_flight(m)
         assert loads["in_flight"] == total_reqs(loads) == m, "requests held during the pause are counted"
-        assert loads["paused"] is (pause is _contract_pause)
+        assert loads["paused"] is True, "SGLang's own pause is the contract's pause too"
         await abort(api)
         # They come back now, during the pause, with no tokens.
         responses = await asyncio.wait_for(asyncio.gather(*tasks), 120)

@@ -60,6 +60,10 @@ class RequestOutputKind(enum.Enum):
     FINAL_ONLY = 2
 
 
+# See resume_generation: long enough for a racing HTTP call to reach the engine meanwhile.
+RESUME_ANSWER_DELAY_S = 0.1
+
+
 class PauseState(enum.IntEnum):
     """v1/core/sched/interface.py:24-35."""
 
@@ -637,6 +641,9 @@ class AsyncLLM:
 
     async def resume_generation(self) -> None:
         await self.engine_core.call_utility_async("resume_scheduler")
+        # Not vLLM's: the engine has resumed but the caller has not heard yet. This opens, every
+        # time, the window in which a pause that races the resume lands on the engine first.
+        await asyncio.sleep(RESUME_ANSWER_DELAY_S)
 
     async def is_paused(self) -> bool:
         return await self.engine_core.call_utility_async("is_scheduler_paused")
