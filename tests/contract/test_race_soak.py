@@ -3,8 +3,9 @@
 Each round starts a few ``/partial_generate`` (some with ``max_staleness``, lengths from a few
 tokens to ``target.long_tokens``) and, at small random delays, a random mix of abort-all (with
 and without wait), abort by id (known and unknown ids), version bumps (with and without
-``abort_all_requests``), pauses in ``abort`` and ``keep`` mode, resumes, and clients hanging up
-mid-generation. Every round is seeded (``SEED + round``) and every failure names its seed, so a
+``abort_all_requests``), pauses in ``abort`` and ``keep`` mode, resumes, clients hanging up
+mid-generation and, on SGLang, SGLang's own ``/pause_generation`` (each mode) and
+``/continue_generation``, which share the contract's pause state. Every round is seeded (``SEED + round``) and every failure names its seed, so a
 failing round replays with the same choices (the timings differ, as races do).
 
 A round ends with a fence: resume, then an abort of everything with wait, which must answer
@@ -14,7 +15,8 @@ idle with nothing in flight and no timeout. Then, per round:
   contract's JSON error; no 5xx, no exception;
 - every client is answered within a short grace after the fence: nobody generates after it;
 - a cancelled result has fewer tokens than it asked for;
-- ``/v1/loads`` reports nothing in flight.
+- ``/v1/loads`` reports nothing in flight and not paused, and a short generation finishes: a
+  server left paused while it says it is not fails here.
 
 After all rounds the engine's log has no traceback it did not have before, and the
 keep-alive client used throughout still works.
@@ -50,6 +52,8 @@ JITTER_S = {"real": 0.5, "fast": 0.05}
 # seconds: long_tokens) misses it. Wider on real engines, whose HTTP loop can stall.
 GRACE_S = {"real": 15.0, "fast": 2.0}
 FENCE_TIMEOUT_S = 30
+# SGLang's own pause routes (served by the plugin there): their answers are SGLang's, not a contract model.
+NATIVE_PAUSE_PATHS = ("/pause_generation", "/continue_generation")
 
 
 class Round:
@@ -57,6 +61,7 @@ class Round:
 
     def __init__(self, api: Api, number: int, real: bool) -> None:
         self.api = api
+        self.native_pause = api.target.name.startswith("sglang")
         self.seed = SEED + number
         self.rng = random.Random(self.seed)
         self.real = real
@@ -118,7 +123,10 @@ class Round:
         """One random control call, drawn before the round starts (so that the seed alone fixes
         every choice, whatever order the calls run in): (path, body, query, kind)."""
         rng = self.rng
-        kind = rng.choice(["abort_all", "abort_ids", "bump", "pause_abort", "pause_keep", "resume"])
+        kinds = ["abort_all", "abort_ids", "bump", "pause_abort", "pause_keep", "resume"]
+        if self.native_pause:
+            kinds += ["native_pause", "native_continue"]
+        kind = rng.choice(kinds)
         params: dict[str, str] = {}
         body: Optional[dict] = None
         if kind == "abort_all":
@@ -141,6 +149,12 @@ class Round:
             else:
                 body = {"mode": mode}
             path = "/pause"
+        elif kind == "native_pause":
+            body = rng.choice([{}, {"mode": "abort"}, {"mode": "in_place"}, {"mode": "retract"}])
+            path = "/pause_generation"
+        elif kind == "native_continue":
+            body = {}
+            path = "/continue_generation"
         else:
             path = "/resume"
         return path, body, params, kind
@@ -151,6 +165,10 @@ class Round:
         await self.delay(delay_s)
         what = f"{kind} {path} {body} {params}"
         response = await (self.api.post(path, body, params=params) if body is not None else self.api.http.post(path, params=params))
+        if path in NATIVE_PAUSE_PATHS:
+            if response.status_code != 200:
+                self.fail(f"{what}: status {response.status_code}: {response.text[:300]}")
+            return
         self.check_answer("POST", path, what, response.status_code, response.json())
         if path == "/abort_requests" and response.status_code == 200 and (body or {}).get("wait"):
             if response.json()["timed_out"]:
@@ -234,6 +252,13 @@ class Round:
             self.fail(f"in flight after the fence: {loads}")
         if loads["paused"]:
             self.fail(f"still paused after resume: {loads}")
+        try:
+            last = await asyncio.wait_for(api.generate(2, request_id=f"soak-{self.seed}-after"), grace * 4)
+        except asyncio.TimeoutError:
+            self.fail(f"a 2-token generation after the round did not finish in {grace * 4} s: the server is paused (loads: {loads})")
+        else:
+            if last["finish_reason"] != "length":
+                self.fail(f"a 2-token generation after the round did not run to its end: {last}")
 
 
 def new_log_lines(before: list[str], now: list[str]) -> list[str]:
