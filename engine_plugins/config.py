@@ -85,6 +85,9 @@ class Settings:
     """ENGINE_PLUGINS_TRACE: log every hook call, which plugin answered, and how long it took (default false)."""
     max_body_bytes: int = 16 * 1024 * 1024
     """ENGINE_PLUGINS_MAX_BODY_BYTES: the largest request body a contract route reads (default 16 MiB)."""
+    require_key: bool = False
+    """ENGINE_PLUGINS_REQUIRE_KEY: refuse to start without an API key (the engine's or ENGINE_PLUGINS_API_KEY);
+    by default a keyless server serves and says so in its startup log."""
     abort_settle_s: float = 5.0
     """ENGINE_PLUGINS_ABORT_SETTLE_S: how long an abort sent without ``wait`` (the engines' own abort
     routes, and ``/abort_requests`` without the field) waits for the requests it covered to be
@@ -100,6 +103,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "replace_native_routes": ("ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES", _bool),
     "trace": ("ENGINE_PLUGINS_TRACE", _bool),
     "max_body_bytes": ("ENGINE_PLUGINS_MAX_BODY_BYTES", _positive_bytes),
+    "require_key": ("ENGINE_PLUGINS_REQUIRE_KEY", _bool),
     "abort_settle_s": ("ENGINE_PLUGINS_ABORT_SETTLE_S", _positive_seconds),
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}

@@ -1,9 +1,10 @@
-"""The startup warning for control routes that anyone on the network can call.
+"""The key policy of the control routes, applied at startup.
 
 The contract's routes abort, pause and re-version a whole server. Guarded by no key on an
-address other than loopback, any host that reaches the port can stop a training run's rollouts,
-so the engine adapters log :func:`unguarded_warning` at startup (a warning, not a refusal: a
-cluster's own network may be the guard).
+address other than loopback, any host that reaches the port can stop a training run's rollouts.
+RL clusters often run keyless on a private network, so a server without a key keeps serving and
+says so in its startup log (:func:`key_policy`): a warning on a network address, a note on
+loopback. ``ENGINE_PLUGINS_REQUIRE_KEY=1`` turns that into a refusal to start.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import ipaddress
 import logging
 from typing import Iterable, Optional
+
+from .errors import StartupError
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
 
@@ -41,6 +44,27 @@ def unguarded_warning(host: Optional[str], keys: Iterable[Optional[str]]) -> Opt
         f"engine_plugins: the RL control routes (abort, pause, update_weight_version, ...) are served "
         f"on {shown} without an API key: anyone who reaches this port can abort or pause every request. "
         "Set ENGINE_PLUGINS_API_KEY, or the engine's --api-key, or bind to 127.0.0.1."
+    )
+
+
+def key_policy(host: Optional[str], keys: Iterable[Optional[str]], require_key: bool) -> Optional[tuple[int, str]]:
+    """The startup log line about the control routes' key, as ``(level, message)``; None when a
+    key guards them. Raises :class:`StartupError` naming ``ENGINE_PLUGINS_REQUIRE_KEY`` when it
+    is set and the server has no key."""
+    keys = [k for k in keys if k]
+    if keys:
+        return None
+    if require_key:
+        raise StartupError(
+            "engine_plugins: ENGINE_PLUGINS_REQUIRE_KEY is set but this server has no API key: set "
+            "ENGINE_PLUGINS_API_KEY or the engine's --api-key, or unset ENGINE_PLUGINS_REQUIRE_KEY"
+        )
+    warning = unguarded_warning(host, keys)
+    if warning is not None:
+        return logging.WARNING, warning
+    return logging.INFO, (
+        f"engine_plugins: the RL control routes are served without an API key, on {host} (loopback) only; "
+        "set ENGINE_PLUGINS_REQUIRE_KEY=1 to refuse to start without one"
     )
 
 

@@ -25,7 +25,7 @@ from ..assembly import PluginStack, assemble
 from ..config import ConfigError, describe
 from ..control import RolloutControl
 from ..errors import StartupError
-from ..exposure import RedactSecrets, unguarded_warning
+from ..exposure import RedactSecrets, key_policy
 from ..http_api import build_routes
 from . import native_routes, routes
 from .dp_controller import register_idle_sleep
@@ -98,9 +98,9 @@ def install(names: SGLangNames) -> None:
         host, keys = SGLangNames.serving_address(server_args)
         # SGLang logs its server args, keys included, when it starts the engine.
         logging.getLogger(SGLangNames.SERVER_ARGS_LOGGER).addFilter(RedactSecrets(keys))
-        warning = unguarded_warning(host, [stack.settings.api_key, *keys])
-        if warning:
-            logger.warning("%s", warning)
+        said = key_policy(host, [stack.settings.api_key, *keys], stack.settings.require_key)
+        if said is not None:
+            logger.log(*said)
         _refuse_multi_tokenizer(server_args)
         return original(server_args, *args, **kwargs)
 

@@ -23,7 +23,7 @@ from ..assembly import PluginStack, assemble
 from ..config import Settings, describe
 from ..control import RolloutControl
 from ..errors import StartupError
-from ..exposure import unguarded_warning
+from ..exposure import key_policy
 from ..http_api import build_routes
 from ..peers import Peers
 from ..process_header import ApiServerHeader, ApiServerIdentity
@@ -81,9 +81,10 @@ class VllmEndpointPlugin:
         (with several API server processes, one over all of them)."""
         self._keys = engine_names.engine_api_keys(args)
         assert self._stack is not None, "vLLM calls attach_router before init_state"
-        warning = unguarded_warning(getattr(args, "host", None), [self._stack.settings.api_key, *self._keys])
-        if warning:
-            logger.warning("%s", warning)
+        said = key_policy(getattr(args, "host", None), [self._stack.settings.api_key, *self._keys],
+                          self._stack.settings.require_key)
+        if said is not None:
+            logger.log(*said)
         if engine_client is None:
             logger.warning("engine_plugins: no engine on this server (render only); the contract answers 503")
             return

@@ -57,18 +57,18 @@ UNGUARDED = "served on 0.0.0.0 without an API key"
 REFUSED = "does not support --tokenizer-worker-num 2"
 
 
-def _refused_start_log(target, tmp_path, *args: str) -> str:
-    """Start a server like *target*'s with *args*, which the plugin refuses before anything
-    listens (``launch_server`` never runs); its log."""
+def _refused_start_log(target, tmp_path, *args: str, env: dict | None = None) -> str:
+    """Start a server like *target*'s with *args* (and *env*), which the plugin refuses before
+    anything listens (``launch_server`` never runs); its log."""
     if target.name == "sglang":
         from engine_plugins.launcher.engine_server import EngineServer, EngineStartError
 
-        server = EngineServer("sglang", REPO, log_path=tmp_path / "refused.log", extra_args=list(args))
+        server = EngineServer("sglang", REPO, log_path=tmp_path / "refused.log", extra_args=list(args), env=env)
         with pytest.raises(EngineStartError):
             server.start()  # stops the process tree before raising
         return server.log_path.read_text(errors="replace")
     done = subprocess.run([sys.executable, "-m", "fakes.sglang", "--port", str(free_port()), *args],
-                          cwd=REPO, env=server_env(), capture_output=True, text=True, timeout=120)
+                          cwd=REPO, env=server_env(env), capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     return done.stdout + done.stderr
 
@@ -85,3 +85,8 @@ def test_a_key_or_loopback_means_no_warning(target, tmp_path):
     assert "without an API key" not in target.log_tail()
     guarded = _refused_start_log(target, tmp_path, "--host", "0.0.0.0", "--api-key", "k-1", "--tokenizer-worker-num", "2")
     assert REFUSED in guarded and "without an API key" not in guarded, guarded[-3000:]
+
+
+def test_require_key_stops_a_keyless_server_at_startup_naming_the_variable(target, tmp_path):
+    log = _refused_start_log(target, tmp_path, env={"ENGINE_PLUGINS_REQUIRE_KEY": "1"})
+    assert "ENGINE_PLUGINS_REQUIRE_KEY is set but this server has no API key" in log, log[-3000:]

@@ -25,3 +25,21 @@ def test_the_redacting_filter_masks_secrets_in_a_record_and_keeps_it():
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "server_args=%s", ({"api_key": "s3cret", "port": 1},), None)
     assert RedactSecrets(["s3cret", None]).filter(record) is True
     assert record.getMessage() == "server_args={'api_key': '***', 'port': 1}"
+
+
+def test_a_keyless_server_serves_and_says_so_and_require_key_refuses_it():
+    import logging
+
+    import pytest
+
+    from engine_plugins.errors import StartupError
+    from engine_plugins.exposure import key_policy
+
+    assert key_policy("0.0.0.0", [None, "k"], require_key=True) is None
+    level, message = key_policy("0.0.0.0", [None, ""], require_key=False)
+    assert level == logging.WARNING and "without an API key" in message
+    level, message = key_policy("127.0.0.1", [], require_key=False)
+    assert level == logging.INFO and "without an API key" in message and "ENGINE_PLUGINS_REQUIRE_KEY=1" in message
+    for host in ("127.0.0.1", "0.0.0.0"):
+        with pytest.raises(StartupError, match="ENGINE_PLUGINS_REQUIRE_KEY"):
+            key_policy(host, [None], require_key=True)

@@ -37,3 +37,12 @@ def test_an_unguarded_network_address_is_warned_about_and_a_missing_engine_core_
     assert done.returncode != 0, log[-3000:]
     assert "served on 0.0.0.0 without an API key" in log and "ENGINE_PLUGINS_API_KEY" in log, log[-3000:]
     assert "check that VLLM_PLUGINS names engine_plugins" in log, log[-3000:]
+
+
+@pytest.mark.targets("vllm-stub")
+def test_require_key_stops_a_keyless_server_at_startup_naming_the_variable(target):
+    cmd = [sys.executable, "-m", "fakes.vllm", "--port", str(free_port())]
+    done = subprocess.run(cmd, cwd=REPO, env=server_env({"ENGINE_PLUGINS_REQUIRE_KEY": "1"}), capture_output=True, text=True, timeout=60)
+    log = done.stdout + done.stderr
+    assert done.returncode != 0, log[-3000:]
+    assert "ENGINE_PLUGINS_REQUIRE_KEY is set but this server has no API key" in log, log[-3000:]
