@@ -53,10 +53,10 @@ ANSWER_MARGIN_S = 5.0
 START_WITHIN_S = ANSWER_MARGIN_S / 2
 _LINE_LIMIT = 64 * 1024 * 1024
 
-LINK_ENV = "ENGINE_PLUGINS_PEER_LINK_{pid}"
+LINK_ENV = "_ENGINE_PLUGINS_PEER_LINK_{pid}"
 """The environment variable a server's link is handed to its API processes in; keyed by the pid
 of the process that made it, so that a link inherited from further up is never taken for this
-server's."""
+server's. Not an ``ENGINE_PLUGINS_*`` setting (those are checked against the known ones)."""
 
 
 class PeerError(RuntimeError):
