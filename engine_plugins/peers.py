@@ -40,7 +40,9 @@ from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence
 
 from .errors import StartupError
 
-logger = logging.getLogger(__name__)
+# Under "vllm." so that vLLM's own log handler prints it in the API processes (only vLLM servers
+# have several of them).
+logger = logging.getLogger("vllm." + __name__)
 
 Op = Callable[..., Awaitable[Any]]
 """A peer operation: called with the call's ``args`` as keywords, returns JSON-able data."""
