@@ -226,9 +226,17 @@ class RolloutControl:
 
     async def update_weight_version(self, new_version: str, abort_all_requests: bool) -> UpdateWeightVersionResult:
         """Bump the version; abort everything first only when asked. Then the requests whose
-        ``max_staleness`` this bump reaches are aborted (reason ``"stale"``), without waiting."""
+        ``max_staleness`` this bump reaches are aborted (reason ``"stale"``), without waiting.
+
+        A bump to the version in force is a no-op (no new generation, nothing aborted): a
+        client's retry after a lost answer, or a trainer that sends the same version with every
+        chunk of one weight swap, must not age every request by one more bump."""
         self._notice_version_change()
         async with self._bumping:
+            if new_version == self.versions.current_name:
+                return UpdateWeightVersionResult(
+                    new_version=new_version, previous_version=new_version, message=f"already at {new_version}"
+                )
             aborted = 0
             if abort_all_requests:
                 aborted = (await self._abort_all("weight_version", self.abort_timeout_s)).aborted

@@ -16,6 +16,12 @@ A partial generation runs on the process that got it; its ``request_id`` is chec
 the other processes' requests while it starts, so a duplicate is refused wherever the first one
 runs. Operations run on a peer's behalf are local there (:func:`local_only`), so nothing is
 passed on twice.
+
+A process that fails its share (stopped, stalled, or its operation raised) makes the call a 503
+naming it and saying where the call applied. A pause is undone where it applied (the server was
+not paused before), so that every process and ``GET /is_paused`` agree; a bump is not undone (it
+cannot be without counting another), and since a bump to the version in force is a no-op, the
+retry the 503 asks for applies it where it was missed and nowhere twice. A resume is safe to repeat.
 """
 
 from __future__ import annotations
@@ -24,11 +30,11 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
-from typing import Any, Iterator, Optional
+from typing import Any, Awaitable, Iterable, Iterator, Optional
 
 from .control import InFlightCounts, RolloutControl
 from .errors import ContractError
-from .peers import Peers, PeerError
+from .peers import PeerError, Peers
 from .schema import AbortResult, LoadsResult, PartialGenerateResult, PauseState, SamplingParams, UpdateWeightVersionResult
 
 # Set while an operation runs for this process alone (on a peer's behalf, or this process's own
@@ -94,12 +100,15 @@ class ServerControl:
         if _local_only.get():
             return await self.local.abort(request_ids, wait, timeout_s, reason)
         timeout = self.local.abort_timeout_s if timeout_s is None else timeout_s
-        with local_only():
-            mine, theirs = await asyncio.gather(
-                self.local.abort(request_ids, wait, timeout, reason),
-                self._everywhere("abort", timeout, request_ids=request_ids, wait=wait, timeout_s=timeout, reason=reason),
-            )
-        results = [mine, *(AbortResult.model_validate(r) for r in theirs)]
+        spread = await self._each(
+            "abort", timeout, self.local.abort(request_ids, wait, timeout, reason),
+            request_ids=request_ids, wait=wait, timeout_s=timeout, reason=reason,
+        )
+        results = [spread.done[self.peers.index] if i == self.peers.index else AbortResult.model_validate(r)
+                   for i, r in sorted(spread.done.items())]
+        if spread.failed:
+            # An abort cannot be undone; say where it happened.
+            raise self._unavailable(spread, f"aborted on {_processes(spread.done)} ({sum(r.aborted for r in results)} requests)")
         in_flight = sum(r.in_flight for r in results)
         return AbortResult(
             aborted=sum(r.aborted for r in results), in_flight=in_flight, idle=in_flight == 0,
@@ -128,19 +137,30 @@ class ServerControl:
 
     async def update_weight_version(self, new_version: str, abort_all_requests: bool) -> UpdateWeightVersionResult:
         """Abort everywhere first when asked, then bump on every process (the engine core's
-        version is shared; each process bumps its own order of versions and its spans)."""
+        version is shared; each process bumps its own order of versions and its spans).
+
+        A bump to the version in force is a no-op on each process that has it, so a retry after
+        a 503 applies the bump only where it was missed; the abort is skipped when this process
+        has the version already (it is a retry, or a repeat of the bump)."""
         if _local_only.get():
             return await self.local.update_weight_version(new_version, abort_all_requests)
         aborted = 0
-        if abort_all_requests:
+        if abort_all_requests and self.local.weight_version() != new_version:
             dispatch = self.local.dispatch_abort or self.abort
             aborted = (await dispatch(request_ids=None, wait=True, timeout_s=self.local.abort_timeout_s, reason="weight_version")).aborted
-        with local_only():
-            mine, _ = await asyncio.gather(
-                self.local.update_weight_version(new_version, False),
-                self._everywhere("update_weight_version", QUICK_S, new_version=new_version),
-            )
-        return mine.model_copy(update={"aborted": aborted})
+        spread = await self._each(
+            "update_weight_version", QUICK_S, self.local.update_weight_version(new_version, False), new_version=new_version
+        )
+        if spread.failed:
+            first = f"aborted {aborted} requests, then " if aborted else ""
+            raise self._unavailable(spread, f"{first}at {new_version!r} now: {_processes(spread.done)}; a retry bumps only "
+                                            f"the processes not yet at {new_version!r}")
+        mine: UpdateWeightVersionResult = spread.done[self.peers.index]
+        bumped = [i for i, r in spread.done.items() if i != self.peers.index and r["previous_version"] != new_version]
+        update: dict[str, Any] = {"aborted": aborted}
+        if mine.previous_version == new_version and bumped:
+            update["message"] = f"Weight version updated to {new_version} on {_processes(bumped)}; the others were at it already"
+        return mine.model_copy(update=update)
 
     async def partial_generate(
         self, input_ids: list[int], sampling_params: SamplingParams, request_id: Optional[str], max_staleness: Optional[int] = None
@@ -167,30 +187,60 @@ class ServerControl:
         return await generation
 
     async def pause(self, mode: str, timeout_s: Optional[float] = None, clear_cache: Optional[bool] = None) -> PauseState:
-        """Pause every process at once (each aborts, holds or drains its own requests)."""
+        """Pause every process at once (each aborts, holds or drains its own requests); where
+        one fails, the pause is undone on the others (see :meth:`_failed_pause`)."""
         if _local_only.get():
             return await self.local.pause(mode, timeout_s, clear_cache)
         timeout = self.local.abort_timeout_s if timeout_s is None else timeout_s
+        was_paused = self.local.pause_mode is not None
         if mode == "abort":
             # The engine core is shared: the first process to pause it cuts every process's
             # requests. Each process must already be in abort mode by then, so that it names
             # the pause as their cancel reason and refuses new ones.
             self.local.refuse_new()
-            await self._everywhere("refuse_new", QUICK_S)
-        with local_only():
-            mine, _ = await asyncio.gather(
-                self.local.pause(mode, timeout, clear_cache),
-                self._everywhere("pause", timeout, mode=mode, timeout_s=timeout, clear_cache=clear_cache),
-            )
-        return mine
+            spread = await self._each("refuse_new", QUICK_S, _done(None))
+            if spread.failed:
+                await self._failed_pause(spread, was_paused, "in abort mode")
+        spread = await self._each(
+            "pause", timeout, self.local.pause(mode, timeout, clear_cache), mode=mode, timeout_s=timeout, clear_cache=clear_cache
+        )
+        if spread.failed:
+            # A process that took abort mode and then gave no answer keeps it until a resume
+            # reaches it: say so, since /is_paused there says so too.
+            left = "in abort mode (refusing new generations) until a resume reaches it" if mode == "abort" else ""
+            await self._failed_pause(spread, was_paused, "paused", left)
+        return spread.done[self.peers.index]
+
+    async def _failed_pause(self, spread: "Spread", was_paused: bool, did: str, left: str = "") -> None:
+        """Undo a pause that failed on some process, where it may have applied: resume those
+        that answered (an error too: it may have applied in part); a process that gave no answer
+        starts no call late, so it is left as it was (*left*: how that is). Always raises."""
+        local = spread.failed.get(self.peers.index)
+        if was_paused:
+            # The processes were paused before: resuming them would be no undo.
+            raise self._unavailable(spread, f"{did}: {_processes(spread.done)}; nothing undone, since the server was "
+                                            "paused before this call (pause again, or resume)")
+        silent = sorted(i for i, e in spread.failed.items() if isinstance(e, PeerError) and not e.answered)
+        where = sorted((set(spread.done) | set(spread.failed)) - set(silent))
+        undo = await self._each("resume", QUICK_S, self.local.resume() if self.peers.index in where else None, to=where)
+        outcome = f"{did}, then resumed: {_processes(undo.done)}"
+        if undo.failed:
+            outcome += f"; not resumed: {undo.failures()}"
+        if silent:
+            left = left or "as it was (a process runs no call that reaches it too late), unless it stalled mid-call"
+            outcome += f"; left {left}: {_processes(silent)}"
+        if isinstance(local, ContractError) and local.status < 500 and len(spread.failed) == 1:
+            raise local
+        raise self._unavailable(spread, outcome)
 
     async def resume(self) -> PauseState:
-        """Resume every process."""
+        """Resume every process; a process that fails stays paused, and a resume is safe to repeat."""
         if _local_only.get():
             return await self.local.resume()
-        with local_only():
-            mine, _ = await asyncio.gather(self.local.resume(), self._everywhere("resume", QUICK_S))
-        return mine
+        spread = await self._each("resume", QUICK_S, self.local.resume())
+        if spread.failed:
+            raise self._unavailable(spread, f"resumed: {_processes(spread.done)}; the others may still be paused (a resume is safe to repeat)")
+        return spread.done[self.peers.index]
 
     # --- this process's share, for the others ---------------------------------------------
 
@@ -240,8 +290,77 @@ class ServerControl:
         return [self.local.in_flight_counts(), *(InFlightCounts(**c) for c in theirs)]
 
     async def _everywhere(self, op: str, limit_s: float, /, **args: Any) -> list[Any]:
-        """*op* with *args* on every other process, within its time limit *limit_s*."""
-        try:
-            return await self.peers.call_all(op, limit_s, **args)
-        except PeerError as exc:
-            raise ContractError(503, f"{exc}; this process's share was done", "unavailable") from None
+        """The answers of every other process to *op* (one that changes nothing), within its
+        time limit *limit_s*; a process that fails makes it a 503 naming it."""
+        spread = await self._each(op, limit_s, None, **args)
+        if spread.failed:
+            raise self._unavailable(spread, "nothing was changed")
+        return [spread.done[i] for i in sorted(spread.done)]
+
+    async def _each(self, op: str, limit_s: float, mine: Optional[Awaitable[Any]], /, *,
+                    to: Optional[Iterable[int]] = None, **args: Any) -> "Spread":
+        """*op* with *args* on the other processes (or those of *to*), and *mine* (this
+        process's share, None: none) at the same time, for this process alone."""
+        others = [i for i in (self.peers.others() if to is None else to) if i != self.peers.index]
+        with local_only():
+            local, theirs = await asyncio.gather(
+                mine if mine is not None else _done(_ABSENT), self.peers.call_some(others, op, limit_s, **args),
+                return_exceptions=True,
+            )
+        for outcome in (theirs, local):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome  # cancelled: the caller is gone
+        if isinstance(theirs, BaseException):
+            raise theirs
+        spread = Spread(op, self.peers.index, self.peers.count)
+        for i, answer in {**theirs, self.peers.index: local}.items():
+            if answer is _ABSENT:
+                continue
+            if isinstance(answer, BaseException):
+                spread.failed[i] = answer
+            else:
+                spread.done[i] = answer
+        return spread
+
+    def _unavailable(self, spread: "Spread", outcome: str) -> ContractError:
+        """The 503 for *spread*'s failures, with what the call did where it applied."""
+        return ContractError(503, f"{spread.failures()}; {outcome}", "unavailable")
+
+
+@dataclasses.dataclass
+class Spread:
+    """What one operation did on each process: the answers and the failures, by index."""
+
+    op: str
+    index: int
+    count: int
+    done: dict[int, Any] = dataclasses.field(default_factory=dict)
+    failed: dict[int, BaseException] = dataclasses.field(default_factory=dict)
+
+    def failures(self) -> str:
+        """Each failure, naming its process."""
+        lines = []
+        for i in sorted(self.failed):
+            error = self.failed[i]
+            if isinstance(error, PeerError):
+                lines.append(str(error))
+            else:
+                message = error.message if isinstance(error, ContractError) else f"{type(error).__name__}: {error}"
+                lines.append(f"API process {i} of {self.count} (this one) failed {self.op!r}: {message}")
+        return "; ".join(lines)
+
+
+_ABSENT = object()
+
+
+async def _done(value: Any) -> Any:
+    """*value*, as an awaitable (a share already done)."""
+    return value
+
+
+def _processes(indexes: Iterable[int]) -> str:
+    """``process 1``, ``processes 0, 2`` or ``no process``."""
+    ordered = sorted(indexes)
+    if not ordered:
+        return "no process"
+    return ("process " if len(ordered) == 1 else "processes ") + ", ".join(map(str, ordered))

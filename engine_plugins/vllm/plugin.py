@@ -25,7 +25,7 @@ from ..control import RolloutControl
 from ..errors import StartupError
 from ..exposure import key_policy
 from ..http_api import build_routes
-from ..peers import Peers
+from ..peers import Peers, hand_out, handed
 from ..process_header import ApiServerHeader, ApiServerIdentity
 from ..spread import ServerControl
 from . import engine_names, native_routes
@@ -106,7 +106,14 @@ class VllmEndpointPlugin:
             # Each API process has its own front end: calls that cover the whole server are
             # passed to the other processes (the processes of one server share its parent).
             index = vllm.api_server_index()
-            peers = Peers(f"vllm-{os.getppid()}-{getattr(args, 'port', 0)}", index, api_servers)
+            link = handed(os.getppid())
+            if link is None:
+                raise StartupError(
+                    f"engine_plugins: API server {index} of {api_servers} found no link to the other API processes: "
+                    "the process that started them did not run the vllm.general_plugins entry point 'engine_plugins' "
+                    "(start the server with `vllm serve` and VLLM_PLUGINS naming engine_plugins)"
+                )
+            peers = Peers(link, index, api_servers)
             control = ServerControl(control, peers)
             await control.serve_peers()
             self._api_server.index, self._api_server.count = index, api_servers
@@ -129,8 +136,13 @@ def general_plugin() -> None:
 
     vLLM runs general plugins in every process (API server, engine core, workers), possibly more
     than once; installing is idempotent and matters only in the engine-core process, where
-    ``GET /v1/loads`` asks each scheduler for its running and waiting counts.
+    ``GET /v1/loads`` asks each scheduler for its running and waiting counts. It also hands out
+    the link between the API processes (:func:`~engine_plugins.peers.hand_out`), which only
+    the children of ``vllm serve``'s own process read.
     """
+    # In `vllm serve`'s own process this runs before it starts the API processes (vLLM loads
+    # general plugins while it parses the command line), which inherit the link made here.
+    hand_out()
     try:
         engine_names.install_request_counts_in_vllm()
     except ImportError as exc:

@@ -3,17 +3,29 @@
 Each answer names the process that gave it (``engine-plugins-api-server: INDEX/COUNT``), so
 these tests see where every request and every control call landed, and check that a control
 call covers requests held by other processes than its own.
+
+The fault tests make one process fail its share of a control call, while the call is sent to
+another over a kept-alive connection: on the fake, ``POST /fake/peer_fault`` (its op raises, or
+its peer calls wait unread as at a stopped process); on a real vLLM, SIGSTOP to that API process.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+from urllib.parse import urlparse
 
 import httpx
 import pytest
 
 from contract.api import Api, assert_partial
+from engine_plugins.peers import socket_dir
 from engine_plugins.schema import AbortResult, LoadsResult, PartialGenerateResult
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-stub-api3", "vllm-api2", "vllm-dp2")]
@@ -37,12 +49,13 @@ async def fresh_call(api: Api, method: str, path: str, body: Any = None) -> http
     return response
 
 
-def start(api: Api, n: int, prefix: str) -> list[asyncio.Task]:
-    """*n* long generations, each on a connection of its own (so they spread over the processes)."""
+def start(api: Api, n: int, prefix: str, **extra: Any) -> list[asyncio.Task]:
+    """*n* long generations, each on a connection of its own (so they spread over the processes),
+    with the body fields *extra*."""
 
     async def one(i: int) -> httpx.Response:
         body = {"input_ids": [1, 15, 27, 33, 41], "request_id": f"{prefix}-{i}",
-                "sampling_params": {"max_new_tokens": api.target.long_tokens, "ignore_eos": True}}
+                "sampling_params": {"max_new_tokens": api.target.long_tokens, "ignore_eos": True}, **extra}
         return await fresh_call(api, "POST", "/partial_generate", body)
 
     return [asyncio.create_task(one(i)) for i in range(n)]
@@ -157,3 +170,171 @@ async def test_a_request_id_in_flight_on_another_process_is_a_conflict(target):
         first = await task
     assert refused_on - {process_of(first)}, f"setup: every duplicate reached the first one's process {refused_on}"
     assert first.json()["cancel_reason"] == "abort"
+
+
+# --- faults: one process fails its share of a control call ------------------------------------
+
+
+def api_processes(target) -> dict[int, tuple[int, Path]]:
+    """Each API process of *target*: its pid and its peer socket, by index (from /proc: the
+    processes that hold the server's listening TCP socket, and the Unix sockets they listen on
+    in this user's socket directory)."""
+    port = urlparse(target.url).port
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    listening.add(fields[9])
+    under = str(socket_dir())
+    unix = {}
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[7].startswith(under) and fields[7].endswith(".sock"):
+            unix[fields[6]] = Path(fields[7])
+    found: dict[int, tuple[int, Path]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue
+        inodes = {link[len("socket:["):-1] for link in links if link.startswith("socket:[")}
+        if inodes & listening:
+            for inode in inodes & unix.keys():
+                found[int(unix[inode].name.split(".")[-2])] = (int(pid), unix[inode])
+    return found
+
+
+@contextlib.asynccontextmanager
+async def pinned(api: Api) -> AsyncIterator[tuple[httpx.AsyncClient, int, int]]:
+    """A client on one kept-alive connection, the index of the process it reached, and the count."""
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    async with httpx.AsyncClient(base_url=api.target.url, headers=dict(api.http.headers), timeout=300.0, limits=limits) as http:
+        index, count = map(int, (await http.get("/is_paused")).headers[HEADER].split("/"))
+        yield http, index, count
+
+
+@contextlib.asynccontextmanager
+async def fault(api: Api, index: int, op: str, kind: str) -> AsyncIterator[None]:
+    """Process *index* fails its share of *op*: ``raise`` (its op raises), or ``stop`` (it does
+    not answer, as a stopped process; on a real vLLM it is one, by SIGSTOP)."""
+    if api.target.real:
+        if kind != "stop":
+            pytest.skip("a real API process's op cannot be made to raise; the fake shows it")
+        pid = api_processes(api.target)[index][0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return
+    await fresh_call(api, "POST", "/fake/peer_fault", {"api_server": index, "op": op if kind == "raise" else None, "fault": kind})
+    try:
+        yield
+    finally:
+        await fresh_call(api, "POST", "/fake/peer_fault", {"api_server": index, "fault": None})
+
+
+async def read_late_call(target, op: str) -> None:
+    """Wait until the stopped process, running again, has read the call *op* it got while stopped."""
+    end = time.monotonic() + 60
+    while f"did not run the peer call {op!r}" not in target.log_tail():
+        assert time.monotonic() < end, f"the stopped process never read its call:\n{target.log_tail()[-3000:]}"
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize("kind", ["raise", "stop"])
+async def test_a_pause_one_process_fails_is_undone_everywhere_and_the_503_names_it(target, kind):
+    async with Api(target) as api:
+        tasks = start(api, 4, f"undo-{kind}")
+        await api.wait_in_flight(4)
+        async with pinned(api) as (http, here, count):
+            failing = (here + 1) % count
+            async with fault(api, failing, "pause", kind):
+                response = await http.post("/pause", json={"mode": "abort"})
+        if kind == "stop":
+            await read_late_call(target, "refuse_new")
+        message = response.json()["error"]["message"] if response.status_code == 503 else response.text
+        states = [(await fresh_call(api, "GET", "/is_paused")) for _ in range(12)]
+        loads = [(await fresh_call(api, "GET", "/v1/loads")) for _ in range(6)]
+        short = [(await fresh_call(api, "POST", "/partial_generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}))
+                 for _ in range(6)]
+        await api.ok("POST", "/abort_requests", {"wait": True})
+        answers = await asyncio.gather(*tasks)
+    assert response.status_code == 503, response.text
+    others = ", ".join(str(i) for i in range(count) if i != failing)
+    if kind == "raise":
+        # Every process took abort mode, all but one paused: all are resumed.
+        assert message.startswith(f"API process {failing} of {count} failed 'pause': RuntimeError: injected fault"), message
+        assert message.endswith(f"paused, then resumed: processes {', '.join(map(str, range(count)))}"), message
+    else:
+        assert message.startswith(f"API process {failing} of {count} did not answer 'refuse_new' within"), message
+        assert f"in abort mode, then resumed: process{'es' if count > 2 else ''} {others}; left as it was" in message, message
+        assert message.endswith(f"process {failing}"), message
+    for r in states:
+        assert r.json() == {"is_paused": False, "mode": None}, f"process {process_of(r)} is still paused"
+    for r in loads:
+        assert r.json()["paused"] is False, f"process {process_of(r)} reports a pause"
+    for r in short:
+        assert r.json()["finish_reason"] == "length", f"process {process_of(r)} does not generate: {r.json()}"
+    assert len({process_of(r) for r in states}) >= 2, "setup: every check reached one process"
+    for r in answers:
+        assert_partial(r.json(), target.long_tokens)
+
+
+@pytest.mark.parametrize("kind", ["raise", "stop"])
+async def test_a_bump_one_process_misses_is_named_and_a_retry_completes_it_without_counting_twice(target, kind):
+    async with Api(target) as api:
+        before = (await api.loads())["weight_version"]
+        new, later = f"{before}-{kind}-missed", f"{before}-{kind}-later"
+        async with pinned(api) as (http, here, count):
+            failing = (here + 1) % count
+            async with fault(api, failing, "update_weight_version", kind):
+                response = await http.post("/update_weight_version", json={"new_version": new})
+        if kind == "stop":
+            await read_late_call(target, "update_weight_version")
+        # Stale at the next bump: the retry is that bump only where the first call was missed.
+        tasks = start(api, N, f"missed-{kind}", max_staleness=1)
+        await api.wait_in_flight(N)
+        retry = await fresh_call(api, "POST", "/update_weight_version", {"new_version": new})
+        loads = [(await fresh_call(api, "GET", "/v1/loads")).json() for _ in range(6)]
+        repeat = await fresh_call(api, "POST", "/update_weight_version", {"new_version": new})
+        await api.ok("POST", "/abort_requests", {"wait": True})
+        answers = await asyncio.gather(*tasks)
+        await fresh_call(api, "POST", "/update_weight_version", {"new_version": later})
+    assert response.status_code == 503, response.text
+    message = response.json()["error"]["message"]
+    applied = [i for i in range(count) if i != failing]
+    named = f"process{'es' if len(applied) > 1 else ''} {', '.join(map(str, applied))}"
+    assert message.startswith(f"API process {failing} of {count} "), message
+    assert f"at {new!r} now: {named}; a retry bumps only the processes not yet at {new!r}" in message, message
+    assert retry.json()["new_version"] == new and retry.json()["aborted"] == 0
+    if process_of(retry) != failing:
+        assert retry.json()["message"] == f"Weight version updated to {new} on process {failing}; the others were at it already"
+    for entry in loads:
+        assert entry["weight_version"] == new, f"after the retry: {entry}"
+    assert repeat.json()["message"] == f"already at {new}"
+    for r in answers:
+        expected = "stale" if process_of(r) == failing else "abort"
+        assert r.json()["cancel_reason"] == expected, f"request on process {process_of(r)} (process {failing} missed the bump): {r.json()}"
+    assert {process_of(r) for r in answers} - {failing} and failing in {process_of(r) for r in answers}, "setup: the requests missed a side"
+
+
+async def test_the_peer_sockets_refuse_a_call_without_the_servers_key(target):
+    processes = api_processes(target)
+    assert len(processes) >= 2, f"setup: found the peer sockets {processes}"
+    refusals = []
+    for _, path in processes.values():
+        # A process of the same user (another server, or anything else) that finds the socket.
+        for call in ({"op": "pause", "args": {"mode": "abort", "timeout_s": 1.0, "clear_cache": None}},
+                     {"op": "pause", "args": {"mode": "abort", "timeout_s": 1.0, "clear_cache": None},
+                      "key": "0" * 64, "start_by": time.time() + 60}):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(json.dumps(call).encode() + b"\n")
+            refusals.append(json.loads(await reader.readline()))
+            writer.close()
+    async with Api(target) as api:
+        states = [(await fresh_call(api, "GET", "/is_paused")).json() for _ in range(12)]
+    assert all(r == {"error": "refused: the call does not carry this server's key"} for r in refusals), refusals
+    assert all(s == {"is_paused": False, "mode": None} for s in states), states

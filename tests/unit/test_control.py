@@ -1,4 +1,10 @@
-"""Engine-neutral rules of the control that are easiest to see without HTTP."""
+"""Engine-neutral rules of the control that are easiest to see without HTTP (and, for bumps,
+through the stub engine's routes)."""
+
+import asyncio
+
+import pytest
+from hook_app import stub_app
 
 from engine_plugins.control import InFlightCounts, _reconcile, _spans, new_rid
 from engine_plugins.schema import WeightVersionSpan
@@ -42,3 +48,42 @@ def test_counts_of_several_front_ends_merge_oldest_version_first():
     # A name bumped to twice sits where its oldest requests were admitted.
     again = InFlightCounts(1, {"v1": 1}, {"v1": 3}).plus(InFlightCounts(2, {"v1": 1, "v0": 1}, {"v1": 1, "v0": 0}))
     assert list(again.by_version) == ["v0", "v1"] and again.by_version["v1"] == 2
+
+
+# --- bumps: a bump to the version in force is a no-op ----------------------------------------
+
+
+async def _bump(stub, version, abort_all_requests=False):
+    return await stub.ok("update_weight_version", {"new_version": version, "abort_all_requests": abort_all_requests})
+
+
+@pytest.mark.anyio
+async def test_a_repeated_bump_is_a_no_op_so_a_retry_does_not_age_requests():
+    async with stub_app() as stub:
+        await _bump(stub, "v8")
+        body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 100_000}, "request_id": "one-bump", "max_staleness": 1}
+        task = asyncio.create_task(stub.http.post("/partial_generate", json=body))
+        await stub.wait_in_flight(1)
+        generation = stub.control.versions.current
+        # A client's retry after a lost answer, and a trainer sending the version with every
+        # chunk of one swap, with and without abort_all_requests.
+        again = [await _bump(stub, "v8"), await _bump(stub, "v8", abort_all_requests=True)]
+        loads = await stub.ok("loads")
+        assert not task.done(), "a repeated bump aged the request past its max_staleness"
+        assert stub.control.versions.current == generation
+        await _bump(stub, "v9")
+        answer = (await task).json()
+    for result in again:
+        assert result == {"success": True, "new_version": "v8", "previous_version": "v8", "aborted": 0, "message": "already at v8"}
+    assert loads["in_flight"] == 1 and loads["in_flight_by_version"] == {"v8": 1}
+    assert answer["cancel_reason"] == "stale", "the next real bump still counts"
+
+
+@pytest.mark.anyio
+async def test_a_bump_back_to_an_older_name_is_a_new_generation():
+    async with stub_app() as stub:
+        start = stub.control.versions.current
+        results = [await _bump(stub, name) for name in ("v1", "v2", "v1")]
+        assert stub.control.versions.current == start + 3
+    assert [r["previous_version"] for r in results[1:]] == ["v1", "v2"]
+    assert all(r["message"].startswith("Weight version updated to") for r in results)

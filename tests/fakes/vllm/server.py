@@ -11,6 +11,8 @@ and the general plugin's engine-core utility are the real ones; only vLLM is fak
 
 With ``--no-plugin`` it is vLLM without this package (``--dev-mode``: with its RL routes).
 ``GET /fake/calls`` lists the bodies the dev-mode control routes received, for the client tests.
+With ``--api-server-count N``, ``POST /fake/peer_fault`` makes one front end fail its peer calls
+(see :func:`_peer_faults`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import secrets
 import signal
 import socket
@@ -34,6 +37,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 
+from engine_plugins import peers
 from engine_plugins.vllm import engine_names
 from engine_plugins.vllm.engine_names import VllmNames
 from engine_plugins.vllm.plugin import VllmEndpointPlugin
@@ -78,6 +82,7 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
         llm.start()
         if endpoint_plugin is not None:
             await endpoint_plugin.init_state(llm, app.state, args)
+            _front_ends[endpoint_plugin._api_server.index] = endpoint_plugin
         try:
             yield
         finally:
@@ -288,6 +293,9 @@ async def _serve_front_ends(args: Namespace, count: int) -> None:
     first = fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031)
     llms = [first] + [fake.AsyncLLM(pause_rejects_new=rejects, stamp_versions=not like_031, core=first.engine_core.core,
                                     client_index=i) for i in range(1, count)]
+    # vLLM's parent process hands its API processes their link (plugin.general_plugin); here
+    # the front ends' parent, as they see it, is the process that started this one.
+    peers.hand_out(os.getppid())
     servers = []
     for llm in llms:
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP.
@@ -296,11 +304,63 @@ async def _serve_front_ends(args: Namespace, count: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((args.host, args.port))
         app = create_app(args, llm=llm, dev_mode=args.dev_mode, plugin=args.plugin)
+        _peer_faults(app)
         servers.append((_QuietServer(uvicorn.Config(app, log_level="warning")), sock))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: [setattr(server, "should_exit", True) for server, _ in servers])
     await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in servers))
+
+
+# The front ends' plugins by index, and the faults injected into their peer calls.
+_front_ends: dict[int, VllmEndpointPlugin] = {}
+_faults: dict[int, dict] = {}
+_cleared: dict[int, asyncio.Event] = {}
+
+
+def _peer_faults(app: FastAPI) -> None:
+    """``POST /fake/peer_fault {"api_server": I, "op": OP or null, "fault": F}`` on any front end:
+    front end I fails the peer calls *OP* (null: every op) it gets from now on. ``"raise"``:
+    the op raises; ``"stop"``: the call waits, unread, as at a process stopped by SIGSTOP,
+    until the fault is cleared (``"fault": null``), when the front end reads it as that
+    process would on SIGCONT. Not a vLLM route."""
+
+    @app.post("/fake/peer_fault")
+    async def peer_fault(request: Request) -> dict:
+        body = await request.json()
+        index = body["api_server"]
+        cleared = _cleared.setdefault(index, asyncio.Event())
+        if body.get("fault") is None:
+            _faults.pop(index, None)
+            cleared.set()
+            return {"faults": _faults}
+        _faults[index] = {"op": body.get("op"), "fault": body["fault"]}
+        cleared.clear()
+        control = _front_ends[index]._control
+        link = control.peers
+        if not getattr(link, "_faulty", False):
+            link._faulty = True
+            run = link._run
+
+            async def stoppable(line: bytes) -> dict:
+                while _matches(index, json.loads(line).get("op"), "stop"):
+                    await _cleared[index].wait()
+                return await run(line)
+
+            link._run = stoppable
+            for name, op in list(link._ops.items()):
+                async def raising(*args, _name=name, _op=op, **kwargs):
+                    if _matches(index, _name, "raise"):
+                        raise RuntimeError(f"injected fault in {_name!r}")
+                    return await _op(*args, **kwargs)
+
+                link._ops[name] = raising
+        return {"faults": _faults}
+
+
+def _matches(index: int, op: str, fault: str) -> bool:
+    found = _faults.get(index)
+    return found is not None and found["fault"] == fault and found["op"] in (None, op)
 
 
 class _QuietServer(uvicorn.Server):
