@@ -43,6 +43,8 @@ _local_only: contextvars.ContextVar[bool] = contextvars.ContextVar("engine_plugi
 
 # Time limit of the calls that do not carry one of their own (loads, resume, a bump).
 QUICK_S = 10.0
+# The API process that keeps the server's pause state: every pause and resume is spread by it.
+PAUSE_OWNER = 0
 
 
 @contextlib.contextmanager
@@ -65,6 +67,11 @@ class ServerControl:
     def __init__(self, local: RolloutControl, peers: Peers) -> None:
         self.local = local
         self.peers = peers
+        # On the owner of the server's pause state (API process 0): held while a pause or a
+        # resume is spread, so that two of them, sent to any processes, apply one after the
+        # other on every process and the engine core ends in the state of the last one.
+        self._pause_state = asyncio.Lock()
+        self._draining = False  # a wait pause is spread: a resume ends it without waiting for it
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.local, name)
@@ -89,6 +96,8 @@ class ServerControl:
             "pause": self._peer_pause,
             "refuse_new": self._peer_refuse_new,
             "resume": self._peer_resume,
+            "server_pause": self._peer_server_pause,
+            "server_resume": self._peer_server_resume,
         })
 
     # --- operations over the whole server -------------------------------------------------
@@ -188,10 +197,23 @@ class ServerControl:
 
     async def pause(self, mode: str, timeout_s: Optional[float] = None, clear_cache: Optional[bool] = None) -> PauseState:
         """Pause every process at once (each aborts, holds or drains its own requests); where
-        one fails, the pause is undone on the others (see :meth:`_failed_pause`)."""
+        one fails, the pause is undone on the others (see :meth:`_failed_pause`). Made by the
+        owner of the pause state, whichever process the call reached."""
         if _local_only.get():
             return await self.local.pause(mode, timeout_s, clear_cache)
         timeout = self.local.abort_timeout_s if timeout_s is None else timeout_s
+        if not self._owns_pause_state():
+            answer = await self._at_owner("server_pause", timeout + 2 * QUICK_S, mode=mode, timeout_s=timeout, clear_cache=clear_cache)
+            return PauseState.model_validate(answer) if answer is not None else await self._spread_pause(mode, timeout, clear_cache)
+        async with self._pause_state:
+            self._draining = mode == "wait"
+            try:
+                return await self._spread_pause(mode, timeout, clear_cache)
+            finally:
+                self._draining = False
+
+    async def _spread_pause(self, mode: str, timeout: float, clear_cache: Optional[bool]) -> PauseState:
+        """The pause on every process (see :meth:`pause`)."""
         was_paused = self.local.pause_mode is not None
         if mode == "abort":
             # The engine core is shared: the first process to pause it cuts every process's
@@ -234,9 +256,39 @@ class ServerControl:
         raise self._unavailable(spread, outcome)
 
     async def resume(self) -> PauseState:
-        """Resume every process; a process that fails stays paused, and a resume is safe to repeat."""
+        """Resume every process; a process that fails stays paused, and a resume is safe to repeat.
+        Made by the owner of the pause state, after a pause it is spreading (a wait pause's
+        drain excepted: the resume ends it)."""
         if _local_only.get():
             return await self.local.resume()
+        if not self._owns_pause_state():
+            answer = await self._at_owner("server_resume", 2 * QUICK_S)
+            return PauseState.model_validate(answer) if answer is not None else await self._spread_resume()
+        if self._draining:
+            return await self._spread_resume()
+        async with self._pause_state:
+            return await self._spread_resume()
+
+    def _owns_pause_state(self) -> bool:
+        """Whether this process is the one that spreads every pause and resume of the server."""
+        return self.peers.index == PAUSE_OWNER
+
+    async def _at_owner(self, op: str, limit_s: float, /, **args: Any) -> Optional[dict]:
+        """*op* made by the owner of the pause state; None when the owner is not serving (this
+        process then makes it itself)."""
+        answers = await self.peers.call_some([PAUSE_OWNER], op, limit_s, **args)
+        if PAUSE_OWNER not in answers:
+            return None
+        answer = answers[PAUSE_OWNER]
+        if isinstance(answer, PeerError):
+            raise ContractError(503, f"{answer} (the pause state of this server is kept by API process {PAUSE_OWNER})", "unavailable")
+        if "refused" in answer:
+            # The owner's own answer to the client: the same status and message as if it had been sent there.
+            raise ContractError(**answer["refused"])
+        return answer
+
+    async def _spread_resume(self) -> PauseState:
+        """The resume on every process (see :meth:`resume`)."""
         spread = await self._each("resume", QUICK_S, self.local.resume())
         if spread.failed:
             raise self._unavailable(spread, f"resumed: {_processes(spread.done)}; the others may still be paused (a resume is safe to repeat)")
@@ -282,6 +334,12 @@ class ServerControl:
     async def _peer_resume(self) -> dict:
         with local_only():
             return (await self.local.resume()).model_dump()
+
+    async def _peer_server_pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool]) -> dict:
+        return await _as_answer(self.pause(mode, timeout_s, clear_cache))
+
+    async def _peer_server_resume(self) -> dict:
+        return await _as_answer(self.resume())
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -351,6 +409,15 @@ class Spread:
 
 
 _ABSENT = object()
+
+
+async def _as_answer(operation: Awaitable[PauseState]) -> dict:
+    """A pause state as a peer answer, or the contract error that refused it as
+    ``{"refused": {...}}``, so that the process the client reached answers it unchanged."""
+    try:
+        return (await operation).model_dump()
+    except ContractError as exc:
+        return {"refused": {"status": exc.status, "message": exc.message, "type_": exc.type}}
 
 
 async def _done(value: Any) -> Any:

@@ -18,7 +18,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Optional
 from urllib.parse import urlparse
 
 import httpx
@@ -27,6 +27,7 @@ import pytest
 from contract.api import Api, assert_partial
 from engine_plugins.peers import socket_dir
 from engine_plugins.schema import AbortResult, LoadsResult, PartialGenerateResult
+from engine_plugins.spread import PAUSE_OWNER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-stub-api3", "vllm-api2", "vllm-dp2")]
 
@@ -207,12 +208,17 @@ def api_processes(target) -> dict[int, tuple[int, Path]]:
 
 
 @contextlib.asynccontextmanager
-async def pinned(api: Api) -> AsyncIterator[tuple[httpx.AsyncClient, int, int]]:
-    """A client on one kept-alive connection, the index of the process it reached, and the count."""
+async def pinned(api: Api, index: Optional[int] = None) -> AsyncIterator[tuple[httpx.AsyncClient, int, int]]:
+    """A client on one kept-alive connection, the index of the process it reached, and the count;
+    with *index*, a connection to that process (new connections until one lands there)."""
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    async with httpx.AsyncClient(base_url=api.target.url, headers=dict(api.http.headers), timeout=300.0, limits=limits) as http:
-        index, count = map(int, (await http.get("/is_paused")).headers[HEADER].split("/"))
-        yield http, index, count
+    for _ in range(200):
+        async with httpx.AsyncClient(base_url=api.target.url, headers=dict(api.http.headers), timeout=300.0, limits=limits) as http:
+            here, count = map(int, (await http.get("/is_paused")).headers[HEADER].split("/"))
+            if index is None or here == index:
+                yield http, here, count
+                return
+    raise AssertionError(f"setup: no connection reached API process {index} in 200 tries")
 
 
 @contextlib.asynccontextmanager
@@ -249,7 +255,8 @@ async def test_a_pause_one_process_fails_is_undone_everywhere_and_the_503_names_
     async with Api(target) as api:
         tasks = start(api, 4, f"undo-{kind}")
         await api.wait_in_flight(4)
-        async with pinned(api) as (http, here, count):
+        # Sent to the process that keeps the pause state (any other passes the pause to it).
+        async with pinned(api, PAUSE_OWNER) as (http, here, count):
             failing = (here + 1) % count
             async with fault(api, failing, "pause", kind):
                 response = await http.post("/pause", json={"mode": "abort"})
