@@ -99,22 +99,22 @@ ENGINE_KILLERS = [
 ]
 
 
-async def test_values_past_an_engines_bounds_are_a_400_and_the_engine_serves_the_next_request(target):
+@pytest.mark.parametrize("path, body, words", ENGINE_KILLERS, ids=["top_k", "seed", "5000-digits", "long-version"])
+async def test_values_past_an_engines_bounds_are_a_400_and_the_engine_serves_the_next_request(target, path, body, words):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     async with Api(target) as api:
         version = (await api.loads())["weight_version"]
-        for path, body, words in ENGINE_KILLERS:
-            raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-            response = await api.http.post(path, content=raw, headers={"Content-Type": "application/json"})
-            what = f"{path} {raw[:80]!r} -> {response.status_code} {response.text[:300]}"
-            assert response.status_code == 400, what
-            message = response.json()["error"]["message"]
-            for word in words:
-                assert word in message, what
-            assert len(message) < 1_000, what  # the refused value is not echoed whole
-            # The next normal request is served (on SGLang, top_k = 2**31 had killed the scheduler).
-            after = await api.generate(8)
-            assert after["finish_reason"] == "length" and len(after["output_ids"]) == 8
+        response = await api.http.post(path, content=raw, headers={"Content-Type": "application/json"})
+        what = f"{path} {raw[:80]!r} -> {response.status_code} {response.text[:300]}"
+        # The next normal request is served (on SGLang, top_k = 2**31 had killed the scheduler).
+        after = await api.generate(8)
         loads = await api.loads()
+    assert response.status_code == 400, what
+    message = response.json()["error"]["message"]
+    for word in words:
+        assert word in message, what
+    assert len(message) < 1_000, what  # the refused value is not echoed whole
+    assert after["finish_reason"] == "length" and len(after["output_ids"]) == 8
     assert loads["in_flight"] == 0 and loads["weight_version"] == version
 
 
