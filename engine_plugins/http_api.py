@@ -70,7 +70,7 @@ async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -
     if len(raw) > THREADED_PARSE_BYTES:
         # A 16 MiB body takes the JSON decoder and pydantic most of a second. Off the event loop
         # the other requests' I/O runs between the two steps; each step still holds the GIL
-        # while it runs (README, Reliability).
+        # while it runs (README, "Bounds").
         return await asyncio.to_thread(_parse, raw, model)
     return _parse(raw, model)
 
@@ -86,7 +86,7 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
             received += chunk
             if len(received) > max_bytes:
                 # The rest is never read into memory: the server drops it.
-                raise _too_large(f"the body (more than {max_bytes} bytes arrived, and it goes on)", max_bytes)
+                raise _too_large(f"the body (read as far as {len(received)} bytes, no Content-Length)", max_bytes)
     except ClientDisconnect:
         # Gone before its body arrived: nobody to answer, nothing started, nothing to log.
         raise _client_closed() from None
@@ -119,8 +119,6 @@ def _parse(raw: bytes, model: Type[BaseModel]) -> Any:
         return model.model_validate(data)
     except ValidationError as exc:
         raise ContractError(400, describe_validation_error(exc)) from None
-    except RecursionError:
-        raise ContractError(400, "the body is nested too deeply") from None
 
 
 def _too_large(what: str, max_bytes: int) -> ContractError:
