@@ -29,6 +29,11 @@ from .schema import AbortResult
 _http_request: contextvars.ContextVar[Any] = contextvars.ContextVar("engine_plugins_http_request", default=None)
 
 
+INTERNAL_ERROR = "internal error; the server log has the details"
+"""The message of a 500: what failed is logged with its traceback, never sent (an exception's
+text can carry a client's input back, or the server's internals out)."""
+
+
 class PluginError(Exception):
     """A hook implementation raised something other than a ContractError: a 500 naming it."""
 
@@ -37,6 +42,10 @@ class PluginError(Exception):
         self.plugin = plugin
         self.hook = hook
         self.error = error
+
+    def answer(self) -> str:
+        """The 500's message: the plugin and hook, not the exception (which only the log has)."""
+        return f"plugin {self.plugin!r} failed in hook {self.hook!r}: {INTERNAL_ERROR}"
 
 
 # Per plugin manager and hook: its implementations as last seen, and a caller of each one alone.

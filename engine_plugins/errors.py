@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ContractError(Exception):
     """A request the contract refuses: sent to the client as ``status`` with ``message``."""
@@ -15,3 +17,10 @@ class ContractError(Exception):
 
 class StartupError(RuntimeError):
     """The plugin cannot start on this engine; the message names what to fix."""
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to *limit* characters, so that an error message never echoes a
+    client's million-character value back (nor carries it into a log line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

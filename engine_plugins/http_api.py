@@ -12,6 +12,7 @@ import contextlib
 import hmac
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Optional, Type
 
@@ -21,9 +22,10 @@ from starlette.requests import ClientDisconnect
 from pydantic import BaseModel, ValidationError
 
 from .config import Settings
-from .dispatch import Hooks, PluginError
-from .errors import ContractError
+from .dispatch import INTERNAL_ERROR, Hooks, PluginError
+from .errors import ContractError, shown
 from .schema import (
+    INT32_MAX,
     AbortRequest,
     PartialGenerateRequest,
     PauseRequest,
@@ -52,20 +54,50 @@ class RouteContext:
 
 
 
+THREADED_PARSE_BYTES = 1024 * 1024
+"""Bodies larger than this are parsed (JSON, then the request model) in a worker thread."""
+
+MAX_PROBLEMS_SHOWN = 10
+"""A 400 names this many problems and counts the rest (a list of a million bad values is one line)."""
+
+
 async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -> Any:
     """Parse the JSON body into *model*; an absent body is ``{}``. Raises a 400 naming the problem,
-    or a 413 naming the limit for a body over *max_bytes* (refused by its Content-Length before
-    it is read, when the client sends one)."""
+    or a 413 naming the limit for a body over *max_bytes*: refused by its Content-Length before
+    it is read when the client sends one, else as soon as the bytes read pass the limit (a
+    chunked body is read as a stream, never whole, so it costs at most *max_bytes* of memory)."""
+    raw = await read_body(request, max_bytes)
+    if len(raw) > THREADED_PARSE_BYTES:
+        # A 16 MiB body takes the JSON decoder and pydantic most of a second. Off the event loop
+        # the other requests' I/O runs between the two steps; each step still holds the GIL
+        # while it runs (README, "Bounds").
+        return await asyncio.to_thread(_parse, raw, model)
+    return _parse(raw, model)
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The body's bytes, read as a stream and refused (413) as soon as they pass *max_bytes*."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(int(declared), max_bytes)
+        raise _too_large(f"the body of {int(declared)} bytes", max_bytes)
+    received = bytearray()
     try:
-        raw = await request.body()
+        async for chunk in request.stream():
+            received += chunk
+            if len(received) > max_bytes:
+                # The rest is never read into memory: the server drops it.
+                raise _too_large(f"the body (read as far as {len(received)} bytes, no Content-Length)", max_bytes)
     except ClientDisconnect:
         # Gone before its body arrived: nobody to answer, nothing started, nothing to log.
         raise _client_closed() from None
-    if len(raw) > max_bytes:
-        raise _too_large(len(raw), max_bytes)
+    raw = bytes(received)
+    # Starlette's own cache of the body: a hook that reads request.body() later still gets it
+    # (the stream is consumed).
+    request._body = raw
+    return raw
+
+
+def _parse(raw: bytes, model: Type[BaseModel]) -> Any:
     data: Any = {}
     if raw.strip():
         try:
@@ -74,6 +106,13 @@ async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -
             raise ContractError(400, f"malformed JSON body: {exc}") from None
         except RecursionError:
             raise ContractError(400, "malformed JSON body: nested too deeply") from None
+        except ValueError:
+            # Python's integer parsing refuses a number of more digits than its limit (4,300 by
+            # default): far past any bound of the contract, so the number is the problem.
+            raise ContractError(
+                400, f"malformed JSON body: a number of more than {sys.get_int_max_str_digits()} digits "
+                f"(no field takes an integer past {INT32_MAX})"
+            ) from None
     if not isinstance(data, dict):
         raise ContractError(400, f"the body must be a JSON object, not {type(data).__name__}")
     try:
@@ -82,26 +121,32 @@ async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -
         raise ContractError(400, describe_validation_error(exc)) from None
 
 
-def _too_large(size: int, max_bytes: int) -> ContractError:
+def _too_large(what: str, max_bytes: int) -> ContractError:
     return ContractError(
-        413, f"the body of {size} bytes is over the limit of {max_bytes} bytes (ENGINE_PLUGINS_MAX_BODY_BYTES)",
-        "request_too_large",
+        413, f"{what} is over the limit of {max_bytes} bytes (ENGINE_PLUGINS_MAX_BODY_BYTES)", "request_too_large"
     )
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """``field.path: what is wrong (got value)`` for each problem, joined by ``; ``."""
+    """``field.path: what is wrong (got value)`` for each problem, joined by ``; ``: the first
+    :data:`MAX_PROBLEMS_SHOWN` of them, then how many more, each value cut short."""
+    errors = exc.errors()
     problems = []
-    for err in exc.errors():
-        where = ".".join(str(part) for part in err["loc"]) or "body"
+    for err in errors[:MAX_PROBLEMS_SHOWN]:
+        where = ".".join(str(part) for part in err["loc"])
         what = err["msg"]
         if err["type"] == "extra_forbidden":
             what = "unknown field"
+        elif err["type"] == "value_error":
+            # A validator's own message, which names its field when the error is the model's.
+            what = str(err.get("ctx", {}).get("error", what))
         got = err.get("input")
-        detail = f"{where}: {what}"
-        if err["type"] not in ("missing",) and not isinstance(got, (dict, list)):
-            detail += f" (got {got!r})"
+        detail = f"{where}: {what}" if where else what
+        if err["type"] not in ("missing",) and where and not isinstance(got, (dict, list)):
+            detail += f" (got {shown(got)})"
         problems.append(detail)
+    if len(errors) > MAX_PROBLEMS_SHOWN:
+        problems.append(f"and {len(errors) - MAX_PROBLEMS_SHOWN} more problems")
     return "; ".join(problems)
 
 
@@ -192,18 +237,18 @@ async def _pause(ctx: RouteContext, request: Request) -> Any:
     query_mode = request.query_params.get("mode")
     if query_mode is not None:
         if query_mode not in _PAUSE_MODES:
-            raise ContractError(400, f"mode: expected 'abort', 'keep' or 'wait' (got {query_mode!r})")
+            raise ContractError(400, f"mode: expected 'abort', 'keep' or 'wait' (got {shown(query_mode)})")
         if "mode" in body.model_fields_set and body.mode != query_mode:
-            raise ContractError(400, f"mode: the query says {query_mode!r} but the body says {body.mode!r}")
+            raise ContractError(400, f"mode: the query says {shown(query_mode)} but the body says {body.mode!r}")
         mode = query_mode
     clear_cache = body.clear_cache
     query_clear = request.query_params.get("clear_cache")
     if query_clear is not None:
         value = query_clear.strip().lower()
         if value not in _QUERY_TRUE + _QUERY_FALSE:
-            raise ContractError(400, f"clear_cache: expected true or false (got {query_clear!r})")
+            raise ContractError(400, f"clear_cache: expected true or false (got {shown(query_clear)})")
         if clear_cache is not None and clear_cache != (value in _QUERY_TRUE):
-            raise ContractError(400, f"clear_cache: the query says {query_clear!r} but the body says {clear_cache!r}")
+            raise ContractError(400, f"clear_cache: the query says {shown(query_clear)} but the body says {clear_cache!r}")
         clear_cache = value in _QUERY_TRUE
     return answer_json(
         await ctx.hooks.call("pause", request, mode=mode, timeout_s=ctx.settings.abort_timeout_s, clear_cache=clear_cache)
@@ -309,10 +354,10 @@ def _endpoint(ctx: RouteContext, route: ContractRoute, keys: Callable[[], list[s
             return JSONResponse(error_body(exc.message, exc.type), status_code=exc.status)
         except PluginError as exc:
             logger.error("engine_plugins: %s %s: %s", route.method, route.path, exc, exc_info=exc.error)
-            return JSONResponse(error_body(str(exc), "internal_error"), status_code=500)
-        except Exception as exc:
+            return JSONResponse(error_body(exc.answer(), "internal_error"), status_code=500)
+        except Exception:
             logger.exception("engine_plugins: %s %s failed", route.method, route.path)
-            return JSONResponse(error_body(f"{type(exc).__name__}: {exc}", "internal_error"), status_code=500)
+            return JSONResponse(error_body(INTERNAL_ERROR, "internal_error"), status_code=500)
 
     endpoint.__name__ = f"engine_plugins{route.path.replace('/', '_')}"
     endpoint.__doc__ = route.handler.__doc__

@@ -3,13 +3,22 @@
 Request models are strict (no type coercion) and forbid unknown fields: a client that sends
 SGLang's ``{"rid": ...}`` to ``/abort_requests`` gets a 400 naming ``rid`` instead of an
 abort of every request on the server.
+
+Every number and string a request carries is bounded, with the same bound on every engine, so
+that one request means the same everywhere and none reaches an engine with a value it cannot
+take: integers an engine turns into tensors stop at the int32 maximum (SGLang's scheduler died
+building an int32 tensor from ``top_k = 2**31``; vLLM failed with a 500 on ``seed = 2**70``),
+and names (versions, request ids) at :data:`MAX_NAME_CHARS` characters (a version becomes a
+metric label).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from .errors import shown
 
 FinishReason = Literal["stop", "length", "abort"]
 PauseMode = Literal["abort", "keep", "wait"]
@@ -21,6 +30,24 @@ class _Request(BaseModel):
 
 class _Response(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+INT32_MAX = 2**31 - 1
+"""The largest integer any field takes: SGLang and vLLM build int32 tensors from token ids,
+``top_k``, lengths and seeds, and the tightest engine sets the bound for all."""
+
+MAX_NAME_CHARS = 256
+"""The longest version name or request id (far past a UUID or a step tag; a version name is a
+metric label and a request id is held for the whole generation)."""
+
+MAX_TIMEOUT_S = 3600.0
+"""The longest ``timeout_s`` of an abort that waits: an hour, far past any abort's settling."""
+
+MAX_TEMPERATURE = 2.0
+"""vLLM refuses a temperature above 2 (SGLang takes any): the contract takes vLLM's range."""
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)]
+"""A version name or request id: 1 to :data:`MAX_NAME_CHARS` characters."""
 
 
 # --- abort ---------------------------------------------------------------------------------
@@ -41,12 +68,14 @@ class AbortRequest(_Request):
 
     # Bounded so that one call cannot make the server scan millions of ids; a fleet's rollout
     # batch is far smaller.
-    request_ids: Optional[list[str]] = Field(default=None, max_length=MAX_REQUEST_IDS)
-    admitted_before: Optional[str] = Field(default=None, min_length=1)
+    request_ids: Optional[list[Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]]] = Field(
+        default=None, max_length=MAX_REQUEST_IDS
+    )
+    admitted_before: Optional[Name] = None
     # 0 would select every request: an abort-all is said with no selector at all.
-    max_staleness: Optional[int] = Field(default=None, ge=1)
+    max_staleness: Optional[int] = Field(default=None, ge=1, le=INT32_MAX)
     wait: bool = False
-    timeout_s: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
+    timeout_s: Optional[float] = Field(default=None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _one_selector(self) -> "AbortRequest":
@@ -117,7 +146,7 @@ class LoadsResult(_Response):
 class UpdateWeightVersionRequest(_Request):
     """``POST /update_weight_version``; ``abort_all_requests`` defaults to the environment's choice."""
 
-    new_version: str = Field(min_length=1)
+    new_version: Name
     abort_all_requests: Optional[bool] = None
 
 
@@ -144,13 +173,22 @@ class UpdateWeightVersionResult(_Response):
 class SamplingParams(_Request):
     """Sampling for ``/partial_generate``, named as in SGLang; each engine plugin translates."""
 
-    max_new_tokens: int = Field(default=128, ge=1)
-    temperature: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    max_new_tokens: int = Field(default=128, ge=1, le=INT32_MAX)
+    temperature: float = Field(default=1.0, ge=0, le=MAX_TEMPERATURE, allow_inf_nan=False)
     top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
-    top_k: int = Field(default=-1, ge=-1)
+    top_k: int = Field(default=-1, ge=-1, le=INT32_MAX)
     stop_token_ids: list[int] = Field(default_factory=list)
     ignore_eos: bool = False
-    seed: Optional[int] = None
+    # Not negative: vLLM reads -1 as "no seed" where SGLang would seed with it.
+    seed: Optional[int] = Field(default=None, ge=0, le=INT32_MAX)
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k_is_off_or_positive(cls, value: int) -> int:
+        # 0 disables top-k on vLLM but is refused by SGLang (its "off" is -1): one meaning only.
+        if value == 0:
+            raise ValueError(f"top_k must be -1 (no top-k) or 1 to {INT32_MAX}")
+        return value
 
 
 class PartialGenerateRequest(_Request):
@@ -158,16 +196,18 @@ class PartialGenerateRequest(_Request):
 
     input_ids: list[int] = Field(min_length=1)
     sampling_params: SamplingParams = Field(default_factory=SamplingParams)
-    request_id: Optional[str] = Field(default=None, min_length=1)
-    max_staleness: Optional[int] = Field(default=None, ge=1)
+    request_id: Optional[Name] = None
+    max_staleness: Optional[int] = Field(default=None, ge=1, le=INT32_MAX)
     """Abort the request once this many bumps have happened since it was admitted."""
 
     @model_validator(mode="after")
-    def _token_ids_are_non_negative(self) -> "PartialGenerateRequest":
-        if any(t < 0 for t in self.input_ids):
-            raise ValueError("input_ids: token ids must be >= 0")
-        if any(t < 0 for t in self.sampling_params.stop_token_ids):
-            raise ValueError("sampling_params.stop_token_ids: token ids must be >= 0")
+    def _token_ids_are_in_range(self) -> "PartialGenerateRequest":
+        # One problem named (the first id out of range), not one per id of a million-id list;
+        # min and max run in C, so a valid prompt costs no Python loop.
+        for field, ids in (("input_ids", self.input_ids), ("sampling_params.stop_token_ids", self.sampling_params.stop_token_ids)):
+            if ids and (min(ids) < 0 or max(ids) > INT32_MAX):
+                i, token = next((i, t) for i, t in enumerate(ids) if not 0 <= t <= INT32_MAX)
+                raise ValueError(f"{field}[{i}] = {shown(token)}: token ids must be >= 0 and <= {INT32_MAX}")
         return self
 
 

@@ -27,10 +27,11 @@ import time
 from typing import Any, Optional
 
 from fastapi import Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ContractError
 from ..http_api import ContractRoute, RouteContext, answer_json, parse_body
+from ..schema import MAX_NAME_CHARS
 
 _PAUSE_ANSWER = {"message": "Generation paused successfully.", "status": "ok"}
 _CONTINUE_ANSWER = {"message": "Generation continued successfully.", "status": "ok"}
@@ -39,11 +40,12 @@ _CONTINUE_ANSWER = {"message": "Generation continued successfully.", "status": "
 class NativeAbortRequest(BaseModel):
     """SGLang's ``AbortReq`` body as callers send it, and miles' ``prefix``.
 
-    Unknown fields are ignored, as SGLang's own route does; the fields read are strict."""
+    Unknown fields are ignored, as SGLang's own route does; the fields read are strict, and a
+    ``rid`` is bounded as the contract's request ids are."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    rid: Optional[str] = None
+    rid: Optional[str] = Field(default=None, max_length=MAX_NAME_CHARS)
     abort_all: bool = False
     prefix: bool = False
 
@@ -53,7 +55,7 @@ class NativePauseRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    mode: str = "abort"
+    mode: str = Field(default="abort", max_length=16)
 
 
 async def abort_request(ctx: RouteContext, request: Request) -> Any:

@@ -1,8 +1,11 @@
 """Bad input gets a 400 that names the problem, and harms no request in flight."""
 
 import asyncio
+import json
 
 import pytest
+
+from engine_plugins.schema import INT32_MAX, MAX_NAME_CHARS
 
 from .api import Api, assert_partial
 
@@ -37,6 +40,33 @@ BAD_INPUTS = [
     ("/pause", b'{"mode": 1}', ["mode"]),
 ]
 
+LONG_NAME = "n" * (MAX_NAME_CHARS + 1)
+# One past each bound of the contract (schema.py), the same on every engine; the message names
+# the field and the bound.
+PAST_THE_BOUNDS = [
+    ("/partial_generate", {"input_ids": [1], "sampling_params": {"top_k": INT32_MAX + 1}}, ["sampling_params.top_k", str(INT32_MAX)]),
+    ("/partial_generate", {"input_ids": [1], "sampling_params": {"top_k": 0}}, ["sampling_params.top_k", "-1"]),
+    ("/partial_generate", {"input_ids": [1], "sampling_params": {"seed": 2**70}}, ["sampling_params.seed", str(INT32_MAX)]),
+    ("/partial_generate", {"input_ids": [1], "sampling_params": {"seed": -1}}, ["sampling_params.seed", "0"]),
+    ("/partial_generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": INT32_MAX + 1}}, ["sampling_params.max_new_tokens", str(INT32_MAX)]),
+    ("/partial_generate", {"input_ids": [1], "sampling_params": {"temperature": 2.5}}, ["sampling_params.temperature", "2"]),
+    ("/partial_generate", {"input_ids": [1, INT32_MAX + 1]}, ["input_ids[1]", str(INT32_MAX)]),
+    ("/partial_generate", {"input_ids": [1], "sampling_params": {"stop_token_ids": [2**40]}}, ["sampling_params.stop_token_ids[0]", str(INT32_MAX)]),
+    ("/partial_generate", {"input_ids": [1], "max_staleness": INT32_MAX + 1}, ["max_staleness", str(INT32_MAX)]),
+    ("/partial_generate", {"input_ids": [1], "request_id": LONG_NAME}, ["request_id", str(MAX_NAME_CHARS)]),
+    ("/abort_requests", {"max_staleness": INT32_MAX + 1}, ["max_staleness", str(INT32_MAX)]),
+    ("/abort_requests", {"timeout_s": 3601}, ["timeout_s", "3600"]),
+    ("/abort_requests", {"timeout_s": 1e308}, ["timeout_s", "3600"]),
+    ("/abort_requests", {"admitted_before": LONG_NAME}, ["admitted_before", str(MAX_NAME_CHARS)]),
+    ("/abort_requests", {"request_ids": ["a", LONG_NAME]}, ["request_ids.1", str(MAX_NAME_CHARS)]),
+    ("/update_weight_version", {"new_version": LONG_NAME}, ["new_version", str(MAX_NAME_CHARS)]),
+]
+BAD_INPUTS += [(path, json.dumps(body).encode(), words) for path, body, words in PAST_THE_BOUNDS]
+# More digits than Python turns into an int (4,300): a ValueError inside json.loads.
+BAD_INPUTS.append(
+    ("/partial_generate", b'{"input_ids": [1], "sampling_params": {"seed": 1' + b"0" * 5_000 + b"}}", ["malformed JSON", "digits"])
+)
+
 
 async def test_every_bad_input_is_a_400_naming_the_problem_and_harms_no_request(target):
     async with Api(target) as api:
@@ -56,6 +86,55 @@ async def test_every_bad_input_is_a_400_naming_the_problem_and_harms_no_request(
         assert (await api.loads())["in_flight"] == 0
     assert result["finish_reason"] == "length" and len(result["output_ids"]) == 600
     assert_partial(result, 600)
+
+
+# Values that reached the engines before they were bounded: top_k = 2**31 killed SGLang's
+# scheduler (an int32 tensor), seed = 2**70 and a 5,000-digit integer were 500s on vLLM, a
+# million-character version name became a metric label.
+ENGINE_KILLERS = [
+    ("/partial_generate", {"input_ids": [1, 2, 3], "sampling_params": {"top_k": 2**31}}, ["sampling_params.top_k", str(INT32_MAX)]),
+    ("/partial_generate", {"input_ids": [1, 2, 3], "sampling_params": {"seed": 2**70}}, ["sampling_params.seed", str(INT32_MAX)]),
+    ("/partial_generate", b'{"input_ids": [1, 2, 3], "sampling_params": {"seed": 1' + b"0" * 5_000 + b"}}", ["malformed JSON", "digits"]),
+    ("/update_weight_version", {"new_version": "v" * 1_000_000}, ["new_version", str(MAX_NAME_CHARS)]),
+]
+
+
+@pytest.mark.parametrize("path, body, words", ENGINE_KILLERS, ids=["top_k", "seed", "5000-digits", "long-version"])
+async def test_values_past_an_engines_bounds_are_a_400_and_the_engine_serves_the_next_request(target, path, body, words):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    async with Api(target) as api:
+        version = (await api.loads())["weight_version"]
+        response = await api.http.post(path, content=raw, headers={"Content-Type": "application/json"})
+        what = f"{path} {raw[:80]!r} -> {response.status_code} {response.text[:300]}"
+        # The next normal request is served (on SGLang, top_k = 2**31 had killed the scheduler).
+        after = await api.generate(8)
+        loads = await api.loads()
+    assert response.status_code == 400, what
+    message = response.json()["error"]["message"]
+    for word in words:
+        assert word in message, what
+    assert len(message) < 1_000, what  # the refused value is not echoed whole
+    assert after["finish_reason"] == "length" and len(after["output_ids"]) == 8
+    assert loads["in_flight"] == 0 and loads["weight_version"] == version
+
+
+async def test_values_at_the_bounds_are_served(target):
+    # The largest value each bound lets through is one the engine takes (top_k past the
+    # vocabulary means every token, on both engines).
+    sampling = {"top_k": INT32_MAX, "temperature": 2.0, "max_new_tokens": 8, "ignore_eos": True}
+    if target.honours_seed:
+        sampling["seed"] = INT32_MAX
+    name = "n" * MAX_NAME_CHARS
+    async with Api(target) as api:
+        result = await api.ok("POST", "/partial_generate", {"input_ids": [1, 15, 27], "request_id": name, "max_staleness": INT32_MAX, "sampling_params": sampling})
+        aborted = await api.ok("POST", "/abort_requests", {"request_ids": [name], "wait": True, "timeout_s": 3600})
+        stale = await api.ok("POST", "/abort_requests", {"max_staleness": INT32_MAX})
+        bumped = await api.ok("POST", "/update_weight_version", {"new_version": name})
+        await api.ok("POST", "/update_weight_version", {"new_version": "after-bounds"})
+    assert result["request_id"] == name and result["finish_reason"] == "length" and len(result["output_ids"]) == 8
+    assert_partial(result, 8)
+    assert aborted["aborted"] == 0 and stale["aborted"] == 0
+    assert bumped["new_version"] == name
 
 
 async def test_bad_input_does_not_stop_the_engine_serving_concurrent_requests(target):

@@ -4,7 +4,9 @@ Hypothesis builds request bodies from the request models' fields (:mod:`engine_p
 and far beyond them: valid values, wrong types, out-of-range and huge integers, NaN-like strings
 and JSON's NaN/Infinity, unknown fields, nested junk, lists of thousands of elements, very long
 strings (lone surrogates included), bodies that are not JSON, not objects, truncated or empty,
-and query strings for ``/pause``. Each example is sent while a chain of long "survivor"
+and query strings for ``/pause``. Every bound of the contract (:mod:`engine_plugins.schema`: the
+int32 maximum, the 256-character names, ``timeout_s`` and ``temperature`` maxima) is tried at
+and just past itself, and integers of more digits than Python reads. Each example is sent while a chain of long "survivor"
 generations runs in a background thread. Properties:
 
 - every answer is below 500; a refusal is a 4xx with the contract's JSON error body, an
@@ -38,6 +40,10 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from engine_plugins.schema import (
+    INT32_MAX,
+    MAX_NAME_CHARS,
+    MAX_TEMPERATURE,
+    MAX_TIMEOUT_S,
     AbortRequest,
     ErrorBody,
     PartialGenerateRequest,
@@ -62,15 +68,20 @@ SHORT_GENERATION = 8
 
 # --- values --------------------------------------------------------------------------------
 
-HUGE_INTS = st.sampled_from([2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**30, 10**400, -(2**63) - 1, -(10**30)])
-INTS = st.one_of(st.integers(-5, 600), st.integers(), HUGE_INTS)
-FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.0, 1e-300, 1e308, -1.0]))
+HUGE_INTS = st.sampled_from([2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 2**70, 10**30, 10**400, -(2**63) - 1, -(10**30)])
+# Each integer bound of the contract, at and just past it (int32 for every integer field).
+INT_BOUNDS = st.sampled_from([INT32_MAX - 1, INT32_MAX, INT32_MAX + 1, -1, 0, 1, -(2**31) - 1])
+INTS = st.one_of(st.integers(-5, 600), st.integers(), HUGE_INTS, INT_BOUNDS)
+FLOAT_BOUNDS = st.sampled_from([MAX_TEMPERATURE, MAX_TEMPERATURE + 1e-9, MAX_TIMEOUT_S, MAX_TIMEOUT_S + 1e-6, float(INT32_MAX + 1)])
+FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.0, 1e-300, 1e308, -1.0]), FLOAT_BOUNDS)
 NAN_LIKE = st.sampled_from(["NaN", "nan", "Infinity", "-Infinity", "inf", "1e309", "-0", "0x10", "1_000", " 1", "", "null", "true"])
 # Long strings are built, not drawn character by character, so that 100k characters cost nothing.
 LONG_STRINGS = st.builds(lambda c, n: c * n, st.sampled_from(["a", "é", "\x00", "💥", "/", "%"]), st.integers(1_000, 100_000))
 # Lone surrogates survive json.loads but not a later UTF-8 encode: a classic path to a 500.
 SURROGATES = st.sampled_from(["\ud800", "a\udfffb", "\udc80" * 3])
-TEXT = st.one_of(st.text(max_size=30), NAN_LIKE, LONG_STRINGS, SURROGATES)
+# Names (versions, request ids) at and just past their 256-character bound, and far past it.
+NAME_BOUNDS = st.builds(lambda c, n: c * n, st.sampled_from(["v", "é", "💥"]), st.sampled_from([MAX_NAME_CHARS, MAX_NAME_CHARS + 1, 1_000_000]))
+TEXT = st.one_of(st.text(max_size=30), NAN_LIKE, LONG_STRINGS, SURROGATES, NAME_BOUNDS)
 SCALARS = st.one_of(st.none(), st.booleans(), INTS, FLOATS, TEXT)
 JUNK = st.recursive(
     SCALARS,
@@ -82,12 +93,13 @@ BIG_LISTS = st.builds(lambda v, n: [v] * n, SCALARS, st.integers(0, 4_000))
 
 TOKEN_IDS = st.one_of(
     st.lists(st.integers(0, 511), min_size=1, max_size=20),
+    st.builds(lambda ids, bound: ids + [bound], st.lists(st.integers(0, 511), max_size=3), INT_BOUNDS),
     st.lists(INTS, max_size=10),
     st.builds(lambda t, n: [t] * n, st.integers(0, 600), st.integers(0, 4_000)),
     BIG_LISTS,
     JUNK,
 )
-IDS = st.one_of(st.text(min_size=1, max_size=20), TEXT)
+IDS = st.one_of(st.text(min_size=1, max_size=20), TEXT, NAME_BOUNDS)
 ID_LISTS = st.one_of(
     st.lists(IDS, max_size=5),
     st.builds(lambda n: [f"fuzz-unknown-{i}" for i in range(n)], st.integers(0, 4_000)),
@@ -95,8 +107,8 @@ ID_LISTS = st.one_of(
     JUNK,
 )
 BOOLS = st.one_of(st.booleans(), JUNK)
-TIMEOUTS = st.one_of(st.floats(0.001, 5), FLOATS, INTS, NAN_LIKE, JUNK)
-STALENESS = st.one_of(st.integers(-2, 5), INTS, JUNK)
+TIMEOUTS = st.one_of(st.floats(0.001, 5), FLOATS, FLOAT_BOUNDS, INTS, NAN_LIKE, JUNK)
+STALENESS = st.one_of(st.integers(-2, 5), INT_BOUNDS, INTS, JUNK)
 
 
 def with_unknown_fields(objects: st.SearchStrategy[dict], known: set[str]) -> st.SearchStrategy[dict]:
@@ -112,13 +124,13 @@ def model_objects(fields: dict[str, st.SearchStrategy], model: type[BaseModel]) 
 
 SAMPLING = model_objects(
     {
-        "max_new_tokens": st.one_of(st.integers(1, SHORT_GENERATION), st.integers(BEYOND_CONTEXT, 10**30), INTS, JUNK),
-        "temperature": st.one_of(st.floats(0, 2), FLOATS, NAN_LIKE, JUNK),
+        "max_new_tokens": st.one_of(st.integers(1, SHORT_GENERATION), st.integers(BEYOND_CONTEXT, 10**30), INT_BOUNDS, INTS, JUNK),
+        "temperature": st.one_of(st.floats(0, 2), FLOATS, FLOAT_BOUNDS, NAN_LIKE, JUNK),
         "top_p": st.one_of(st.floats(0.01, 1), FLOATS, NAN_LIKE, JUNK),
-        "top_k": st.one_of(st.integers(-1, 600), INTS, JUNK),
+        "top_k": st.one_of(st.integers(-1, 600), INT_BOUNDS, INTS, JUNK),
         "stop_token_ids": st.one_of(st.lists(st.integers(0, 511), max_size=5), TOKEN_IDS),
         "ignore_eos": BOOLS,
-        "seed": st.one_of(st.none(), INTS, JUNK),
+        "seed": st.one_of(st.none(), INT_BOUNDS, INTS, JUNK),
     },
     SamplingParams,
 )
@@ -173,6 +185,10 @@ RAW_BODIES = st.sampled_from(
         b'{"input_ids": [1], "input_ids": [2]}',
         b"\xef\xbb\xbf{}",
         "{}".encode("utf-16"),
+        # More digits than Python turns into an int (a ValueError inside json.loads).
+        b'{"input_ids": [1' + b"0" * 5_000 + b"]}",
+        b'{"input_ids": [1], "sampling_params": {"seed": -' + b"9" * 4_301 + b"}}",
+        b'{"max_staleness": ' + b"7" * 10_000 + b"}",
     ]
 )
 
@@ -230,7 +246,39 @@ def posts(path: str, queries: st.SearchStrategy) -> st.SearchStrategy[Example]:
     return st.builds(Example, st.just("POST"), st.just(path), bodies(OBJECTS[path]), queries, CONTENT_TYPES)
 
 
+def bound_probes() -> list[Example]:
+    """A valid body per route with one field set at its bound, or just past it (and far past)."""
+    name, generate = "v" * MAX_NAME_CHARS, {"input_ids": [1, 15, 27], "sampling_params": {"max_new_tokens": SHORT_GENERATION}}
+    fields = [
+        ("/partial_generate", generate, ("sampling_params", "top_k"), [INT32_MAX, INT32_MAX + 1, 2**31 + 5, -1, 0, -2]),
+        ("/partial_generate", generate, ("sampling_params", "seed"), [0, INT32_MAX, INT32_MAX + 1, 2**70, -1]),
+        ("/partial_generate", generate, ("sampling_params", "max_new_tokens"), [INT32_MAX, INT32_MAX + 1]),
+        ("/partial_generate", generate, ("sampling_params", "temperature"), [MAX_TEMPERATURE, MAX_TEMPERATURE + 1e-9]),
+        ("/partial_generate", generate, ("sampling_params", "stop_token_ids"), [[INT32_MAX], [5, INT32_MAX + 1]]),
+        ("/partial_generate", generate, ("input_ids",), [[1, INT32_MAX], [1, INT32_MAX + 1], [1, -1]]),
+        ("/partial_generate", generate, ("max_staleness",), [INT32_MAX, INT32_MAX + 1]),
+        ("/partial_generate", generate, ("request_id",), [name, name + "v", name * 4_000]),
+        ("/abort_requests", {"request_ids": ["fuzz-unknown"], "wait": True}, ("timeout_s",), [MAX_TIMEOUT_S, MAX_TIMEOUT_S + 1e-6, 1e308]),
+        ("/abort_requests", {}, ("request_ids",), [[name], ["a", name + "v"]]),
+        ("/abort_requests", {}, ("max_staleness",), [INT32_MAX + 1, 2**70]),
+        ("/abort_requests", {}, ("admitted_before",), [name + "v"]),
+        ("/update_weight_version", {}, ("new_version",), [name, name + "v", name * 4_000]),
+    ]
+    probes = []
+    for path, base, where, values in fields:
+        for value in values:
+            body = json.loads(json.dumps(base))
+            *parents, last = where
+            inner = body
+            for key in parents:
+                inner = inner.setdefault(key, {})
+            inner[last] = value
+            probes.append(Example("POST", path, json_bytes(body, ascii_only=True), [], "application/json"))
+    return probes
+
+
 EXAMPLES_STRATEGY = st.one_of(
+    st.sampled_from(bound_probes()),
     posts("/abort_requests", OTHER_QUERIES),
     posts("/update_weight_version", OTHER_QUERIES),
     posts("/partial_generate", OTHER_QUERIES),
@@ -350,9 +398,53 @@ def wait_in_flight(http: httpx.Client, n: int) -> None:
 # --- the test ------------------------------------------------------------------------------
 
 
+# The request model of each route that reads a body: a body it refuses (a value past a bound
+# among them) must never be answered 200.
+REQUEST_MODELS: dict[str, type[BaseModel]] = {
+    "/abort_requests": AbortRequest,
+    "/update_weight_version": UpdateWeightVersionRequest,
+    "/partial_generate": PartialGenerateRequest,
+    "/pause": PauseRequest,
+}
+
+
+def past_a_bound(content: Optional[bytes]) -> Optional[str]:
+    """A value in the JSON *content* past a bound of the contract, said in words, or None.
+
+    Written from the README's bounds, not from the request models, so that a model that lost a
+    bound fails the fuzz: no integer field takes one outside -1 .. 2**31 - 1, no string field
+    one over 256 characters, ``timeout_s`` stops at 3600 and ``temperature`` at 2.
+    """
+    try:
+        data = json.loads(content or b"{}")
+    except (ValueError, RecursionError):
+        return None
+
+    def walk(value: Any, where: str) -> Optional[str]:
+        if isinstance(value, bool) or value is None:
+            return None
+        if isinstance(value, int) and not -1 <= value <= INT32_MAX:
+            return f"{where} = {str(value)[:40]}"
+        if isinstance(value, str) and len(value) > MAX_NAME_CHARS:
+            return f"{where}: {len(value)} characters"
+        if isinstance(value, float) and where.endswith("timeout_s") and value > MAX_TIMEOUT_S:
+            return f"{where} = {value}"
+        if isinstance(value, float) and where.endswith("temperature") and value > MAX_TEMPERATURE:
+            return f"{where} = {value}"
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            found = walk(item, f"{where}.{key}" if where else str(key))
+            if found:
+                return found
+        return None
+
+    return walk(data, "")
+
+
 def check_answer(example: Example, response: httpx.Response, max_new: Optional[int]) -> None:
     """The properties of one answer: below 500; a 4xx is the contract's JSON error; a 200 fits
-    the route's answer model, and a valid generation is a complete, uncancelled result."""
+    the route's answer model and answers a body the route's request model accepts, and a valid
+    generation is a complete, uncancelled result."""
     what = f"{example!r} -> {response.status_code} {response.text[:500]}"
     assert response.status_code < 500, what
     if response.status_code >= 400:
@@ -360,6 +452,11 @@ def check_answer(example: Example, response: httpx.Response, max_new: Optional[i
         ErrorBody.model_validate(response.json()["error"])
         return
     assert response.status_code == 200, what
+    model = REQUEST_MODELS.get(example.path) if example.method == "POST" else None
+    if model is not None:
+        assert accepted(model, example.content) is not None, f"the server accepted a body its model refuses: {what}"
+        beyond = past_a_bound(example.content)
+        assert beyond is None, f"the server accepted {beyond}, past its bound: {what}"
     data = response.json()
     ANSWERS[(example.method, example.path)].model_validate(data)
     if example.path == "/partial_generate":
