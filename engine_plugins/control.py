@@ -141,9 +141,12 @@ class RolloutControl:
             # that slipped past an earlier abort on its way to the scheduler.
             await self.seam.abort(entries)
         timed_out = False
-        if wait and entries:
+        if wait:
+            # An abort of everything waits for the answers of requests released just before it
+            # too (an engine's abort-mode pause may end them itself), so that on return every
+            # client holds its answer.
             timeout = self.abort_timeout_s if timeout_s is None else timeout_s
-            timed_out = not await self.registry.wait_released(entries, timeout)
+            timed_out = not await self.registry.wait_released(entries, timeout, everything=not request_ids)
         in_flight = len(self.registry)
         return AbortResult(aborted=newly_aborted, in_flight=in_flight, idle=in_flight == 0, timed_out=timed_out)
 

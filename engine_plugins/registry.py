@@ -4,7 +4,9 @@ Engine adapters add a request the moment the engine accepts it (before tokenizin
 pause gate) and finish it when the engine has released it. That makes ``in_flight`` exact, lets
 an abort-all cover requests the scheduler has not seen yet (the fence), and lets an abort wait
 for exactly the requests it covers: each entry has its own event, so waiting costs nothing
-while requests run and ends as soon as the last covered request is released.
+while requests run and ends as soon as the last covered request is released and its client
+has its answer (:mod:`engine_plugins.delivery`: an engine releases a request before its answer
+is written).
 
 Each entry also records the weight-version generation it was admitted under (the registry's
 ``generation`` when it was added, which the control advances at every bump; see
@@ -16,6 +18,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
+
+from . import delivery
+from .delivery import Delivery
 
 
 @dataclass(eq=False)
@@ -31,6 +36,8 @@ class InFlight:
 
     ``admitted`` is the weight-version generation in force when the engine accepted it.
     ``max_staleness``: abort it once that many bumps have happened since (None: never).
+    ``delivery``: the answer of the HTTP request that made it (None outside one), recorded when
+    the entry is added.
     """
 
     rid: str
@@ -40,6 +47,7 @@ class InFlight:
     admitted: int = 0
     max_staleness: Optional[int] = None
     abort_reason: Optional[str] = None
+    delivery: Optional[Delivery] = field(default=None, repr=False, compare=False)
     released: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _registry: Optional["InFlightRegistry"] = field(default=None, repr=False, compare=False)
 
@@ -66,6 +74,8 @@ class InFlightRegistry:
         self._by_generation: dict[int, int] = {}
         self.generation = 0
         """The weight-version generation new entries are admitted under (set by the control)."""
+        # Released requests whose answers are still being written (each leaves once written).
+        self._answering: set[Delivery] = set()
 
     def __len__(self) -> int:
         return len(self._by_rid)
@@ -75,6 +85,11 @@ class InFlightRegistry:
         entry = self._by_rid.get(rid)
         if entry is None:
             entry = InFlight(rid=rid, request_id=request_id or rid, dispatched=dispatched, admitted=self.generation)
+            # Read here, in the task of the HTTP request that made it: every engine adds a
+            # request there (SGLang when it creates the request's state, vLLM in generate()).
+            entry.delivery = delivery.current()
+            if entry.delivery is not None:
+                entry.delivery.open += 1
             self._by_rid[rid] = entry
             self._by_request_id.setdefault(entry.request_id, {})[rid] = entry
             self._held += not dispatched
@@ -96,6 +111,10 @@ class InFlightRegistry:
                 if not same_id:
                     del self._by_request_id[entry.request_id]
             entry._registry = None
+            if entry.delivery is not None:
+                entry.delivery.open -= 1
+                if not entry.delivery.open:
+                    entry.delivery.list_in(self._answering)
             self._held -= not entry.dispatched
             left = self._by_generation[entry.admitted] - 1
             if left:
@@ -129,13 +148,30 @@ class InFlightRegistry:
         """How many entries were admitted under each generation, oldest first."""
         return dict(sorted(self._by_generation.items()))
 
-    @staticmethod
-    async def wait_released(entries: Iterable[InFlight], timeout_s: float) -> bool:
-        """Wait until every entry is released; False if *timeout_s* passed first."""
+    async def wait_released(
+        self, entries: Iterable[InFlight], timeout_s: float, everything: bool = False, delivery_bound_s: float = delivery.DELIVERY_BOUND_S
+    ) -> bool:
+        """Wait until every entry is released and its client has its answer; False if *timeout_s*
+        passed before every entry was released.
+
+        *everything*: the caller covers every request (an abort of all, a pause in ``abort``
+        mode), so the answers of requests released just before, still being written, are waited
+        for too: an engine may end its requests itself first (vLLM's abort-mode pause).
+
+        The answers are waited for within what is left of *timeout_s*, and at most
+        *delivery_bound_s*: a client that stops reading is not the engine failing to stop, so it
+        does not make this False (see :func:`~engine_plugins.delivery.wait_delivered`).
+        """
+        entries = list(entries)
+        answering = list(self._answering) if everything else []
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
         pending = [asyncio.ensure_future(e.released.wait()) for e in entries if not e.released.is_set()]
-        if not pending:
-            return True
-        done, not_done = await asyncio.wait(pending, timeout=timeout_s)
-        for waiter in not_done:
-            waiter.cancel()
-        return not not_done
+        if pending:
+            _, not_done = await asyncio.wait(pending, timeout=timeout_s)
+            for waiter in not_done:
+                waiter.cancel()
+            if not_done:
+                return False
+        await delivery.wait_delivered([*(e.delivery for e in entries), *answering], min(delivery_bound_s, end - loop.time()))
+        return True

@@ -24,6 +24,7 @@ from fastapi import APIRouter
 from ..assembly import PluginStack, assemble
 from ..config import ConfigError, describe
 from ..control import RolloutControl
+from ..delivery import install_outermost
 from ..errors import StartupError
 from ..exposure import RedactSecrets, key_policy
 from ..http_api import build_routes
@@ -106,6 +107,8 @@ def install(names: SGLangNames) -> None:
 
     names.hook_launch_server(check_launch)
     report = mount(names.app, _with_native_routes(names, stack), stack.settings.replace_native_routes, names.mark_admin_optional)
+    # SGLang releases a request before its answer is written: an abort with wait answers after it.
+    install_outermost(names.app)
     _installed = True
     _log_startup(names, stack, report, hooks)
 

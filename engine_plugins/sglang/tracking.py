@@ -105,7 +105,10 @@ class Tracker:
             self.registry.add(rid, dispatched=self.sglang.names.state_dispatched(state))
 
     def state_deleted(self, rid: str) -> None:
-        """SGLang freed *rid*'s state: the request is over."""
+        """SGLang freed *rid*'s state: the request is over.
+
+        SGLang does this in its output loop before it wakes the request's task, so the answer is
+        written well after; an abort with wait waits for that too (:mod:`..delivery`)."""
         self.registry.release(rid)
 
     def dispatched(self, rid: str) -> None:

@@ -22,6 +22,7 @@ from fastapi import APIRouter
 from ..assembly import PluginStack, assemble
 from ..config import Settings, describe
 from ..control import RolloutControl
+from ..delivery import install_outermost
 from ..errors import StartupError
 from ..exposure import key_policy
 from ..http_api import build_routes
@@ -71,6 +72,8 @@ class VllmEndpointPlugin:
             router.routes.extend([*self._stack.router.routes, *alias_router.routes])
         report = mount(app, router, self._stack.settings.replace_native_routes)
         app.add_middleware(ApiServerHeader, identity=self._api_server)
+        # An abort with wait answers after the answers of the requests it covered are written.
+        install_outermost(app)
         for line in report.lines():
             logger.info("%s", line)
         for line in report.warnings():

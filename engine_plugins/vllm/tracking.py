@@ -85,6 +85,8 @@ class Tracker:
             if not any(key.split("#dup")[0] == request_id for key in self._claimed):
                 self.vllm.forget_request(request_id)
             self._internal.pop(entry, None)
+            # In the task that ran the generation, a few loop steps before the route writes the
+            # answer; an abort with wait waits for that write too (:mod:`..delivery`).
             self.registry.release(entry.rid)
 
     async def _tracked_add(self, original: Callable, request: Any) -> None:

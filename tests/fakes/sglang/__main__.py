@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--step-s", type=float, default=0.002, help="seconds per decode step")
     parser.add_argument("--dp-size", type=int, default=1, help="data-parallel ranks, behind a DP controller")
     parser.add_argument("--tokenize-s", type=float, default=0.0, help="seconds a request spends tokenizing")
+    parser.add_argument("--aborted-answer-delay-s", type=float, default=0.05,
+                        help="seconds between SGLang deleting an aborted request's state and the request's task handing on its answer")
     parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="SGLang without engine-plugins")
     parser.add_argument("--legacy-loads", action="store_true", help="an older SGLang: /get_load instead of /v1/loads")
     args = parser.parse_args()

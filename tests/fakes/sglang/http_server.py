@@ -162,6 +162,6 @@ def launch_server(server_args: Any) -> None:
 
         add_api_key_middleware(app, server_args.api_key, server_args.admin_api_key)
     tm = TokenizerManager(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference,
-                          dp_size=server_args.dp_size)
+                          dp_size=server_args.dp_size, aborted_answer_delay_s=server_args.aborted_answer_delay_s)
     set_global_state(_GlobalState(tokenizer_manager=tm))
     uvicorn.run(app, host=server_args.host, port=server_args.port, log_level="warning")

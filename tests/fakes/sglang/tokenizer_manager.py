@@ -55,7 +55,10 @@ class TokenizerManager:
     (with ``dp_size`` > 1: to the data-parallel controller in front of one scheduler per rank)."""
 
     def __init__(self, step_s: float = 0.002, tokenize_s: float = 0.0, deterministic: bool = True, context_len: int = 2048,
-                 dp_size: int = 1) -> None:
+                 dp_size: int = 1, aborted_answer_delay_s: float = 0.0) -> None:
+        """*aborted_answer_delay_s*: how long the request's task takes, once its state is
+        deleted, to hand on the final output of an aborted request (see ``_wait_one_response``)."""
+        self.aborted_answer_delay_s = aborted_answer_delay_s
         self.rid_to_state: dict[str, ReqState] = {}  # 710
         self.is_pause = False  # 777-778
         self.is_pause_cond = asyncio.Condition()
@@ -161,6 +164,11 @@ class TokenizerManager:
                     status = reason.get("status_code")  # _handle_abort_finish_reason (1891-1922)
                     if status is not None and 400 <= status < 600 and not obj.stream:
                         raise ValueError(reason["message"])
+                    if self.aborted_answer_delay_s:
+                        # SGLang deletes the state in its output loop (2774), before this task
+                        # runs: the answer is built and written only after that, and after an
+                        # abort, with many answers at once, later. Here always, by this much.
+                        await asyncio.sleep(self.aborted_answer_delay_s)
                 yield out
                 break
             if obj.stream:

@@ -37,6 +37,7 @@ version on its outputs, so no spans come back (their ``CompletionOutput`` has no
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import random
 import uuid
@@ -46,6 +47,10 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, Iterable, Optional
 
 EOS_TOKEN_ID = 2
+
+ABORTED_ANSWER: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("fake_vllm_aborted_answer", default=None)
+"""Set by the fake server per HTTP request (a dict); ``generate`` sets its ``"aborted"`` when it
+yields an aborted final output, so that the server can slow that answer down."""
 
 
 class FakeValidationError(ValueError):
@@ -618,6 +623,9 @@ class AsyncLLM:
             while not finished:
                 out = q.get_nowait() or await q.get()
                 finished = out.finished
+                answer = ABORTED_ANSWER.get()
+                if finished and answer is not None and any(o.finish_reason == "abort" for o in out.outputs):
+                    answer["aborted"] = True
                 yield out
         except (asyncio.CancelledError, GeneratorExit):
             if q is not None:

@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.routing import APIRoute
 
 from engine_plugins import peers
@@ -96,6 +96,9 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
     keys = [k for k in (args.api_key or []) if k]
     if keys:
         app.add_middleware(_AuthenticationMiddleware, tokens=keys)
+    delay_s = getattr(args, "aborted_answer_delay_s", 0.0)
+    if delay_s:
+        app.add_middleware(_SlowAbortedAnswers, delay_s=delay_s)
     return app
 
 
@@ -138,6 +141,8 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
         # completion/serving.py:141: cmpl-<X-Request-Id, else the body's request_id, else random>-<prompt index>.
         base = request.headers.get("X-Request-Id") or body.get("request_id") or uuid.uuid4().hex
         request_id = f"cmpl-{base}-0"
+        if body.get("stream"):
+            return StreamingResponse(_completion_stream(llm, prompt, params, request_id), media_type="text/event-stream")
         final = None
         try:
             async for final in llm.generate(prompt, params, request_id):
@@ -201,6 +206,45 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
     @app.get("/weight_info")
     async def weight_info() -> JSONResponse:
         return JSONResponse({"weight_version": await llm.get_weight_version()})
+
+
+async def _completion_stream(llm: fake.AsyncLLM, prompt: Any, params: fake.SamplingParams, request_id: str):
+    """A streamed /v1/completions (completion/serving.py:279-500): one SSE event per output, the
+    finish reason on the last, then ``[DONE]``."""
+    async for out in llm.generate(prompt, params, request_id):
+        choice = out.outputs[0]
+        event = {"id": request_id, "choices": [{"index": 0, "text": choice.text, "finish_reason": choice.finish_reason}]}
+        yield f"data: {json.dumps(event)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+class _SlowAbortedAnswers:
+    """Holds the last body chunk of an aborted request's answer for *delay_s*: the answer of a
+    request vLLM has already released reaches the client later, as behind any middleware that
+    passes answers through another task (``@app.middleware("http")``, such as vLLM's own
+    ``log_response`` with ``VLLM_DEBUG_LOG_API_SERVER_RESPONSE``, serve/middleware/register.py:57-63),
+    or a batch request, whose generators vLLM runs in tasks of their own (utils/async_utils.py:113-125)."""
+
+    def __init__(self, app: Any, delay_s: float) -> None:
+        self.app = app
+        self.delay_s = delay_s
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        answer = {"aborted": False}
+        token = fake.ABORTED_ANSWER.set(answer)
+
+        async def sending(message: dict) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False) and answer["aborted"]:
+                await asyncio.sleep(self.delay_s)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            fake.ABORTED_ANSWER.reset(token)
 
 
 def _attach_endpoint_plugin(app: FastAPI, plugin: VllmEndpointPlugin) -> None:
@@ -271,6 +315,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="vLLM 0.33's pause: abort mode rejects new requests (503 engine_paused) until resume")
     parser.add_argument("--like-0.31", dest="like_031", action="store_true",
                         help="vLLM 0.30/0.31: no weight-version spans from the engine, no call_utility_all_async")
+    parser.add_argument("--aborted-answer-delay-s", type=float, default=0.05,
+                        help="seconds an aborted request's answer is held before its last chunk is written")
     parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="vLLM without engine-plugins")
     parser.add_argument("--without-general-plugin", dest="general_plugin", action="store_false",
                         help="the endpoint plugin only: VLLM_PLUGINS kept the general plugin out of the engine core")

@@ -1,0 +1,180 @@
+"""An abort with wait, and a pause in ``abort`` mode, answer only once every client they covered
+holds its whole answer (README, "Reliability"): a framework reads its rollouts the moment the
+abort returns.
+
+N clients are in flight on a route (the contract's ``/partial_generate``, or the engine's own
+generation route, streamed or not); one call ends them. Each client, and the call, is a socket of
+its own read by a thread of its own, and every read carries the kernel's arrival time of its
+bytes (``SO_TIMESTAMPNS``), taken when they reached the socket whatever the test's threads were
+doing. The assertion is an order, not a duration: each client's last byte arrived no later than
+the call's answer. The fakes hold an aborted request's answer back after the engine has released
+it (``--aborted-answer-delay-s``), as SGLang does for a while after every abort, so that the
+window is open on every round there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+from urllib.parse import urlsplit
+
+import h11
+import pytest
+
+from .api import Api, DEADLINE_S
+
+pytestmark = pytest.mark.anyio
+
+N = 8
+# Linux's SO_TIMESTAMPNS (also the type of its control message); Python names neither.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+PROMPT = [1, 15, 27, 33, 41]
+
+
+@dataclass
+class RawCall:
+    """One HTTP call on a socket of its own, read to its end by a thread of its own."""
+
+    url: str
+    api_key: str
+    method: str
+    path: str
+    body: Any
+    status: Optional[int] = None
+    data: bytearray = field(default_factory=bytearray)
+    first_arrival: Optional[float] = None
+    """Kernel arrival time (CLOCK_REALTIME, s) of the answer's first bytes."""
+    last_arrival: Optional[float] = None
+    """Kernel arrival time of the bytes that completed the answer; None while it is incomplete."""
+    error: Optional[BaseException] = None
+
+    def start(self) -> "RawCall":
+        """Connect, send the request, and start reading in the background."""
+        parts = urlsplit(self.url)
+        self._sock = socket.create_connection((parts.hostname, parts.port), timeout=DEADLINE_S * 5)
+        self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self._conn = h11.Connection(h11.CLIENT)
+        payload = json.dumps(self.body).encode()
+        headers = [("Host", parts.netloc), ("Authorization", f"Bearer {self.api_key}"), ("Content-Type", "application/json"),
+                   ("Content-Length", str(len(payload))), ("Connection", "close")]
+        request = self._conn.send(h11.Request(method=self.method, target=self.path, headers=headers))
+        self._sock.sendall(request + self._conn.send(h11.Data(data=payload)) + self._conn.send(h11.EndOfMessage()))
+        self._done = threading.Event()
+        threading.Thread(target=self._read, daemon=True, name=f"raw {self.path}").start()
+        return self
+
+    def _read(self) -> None:
+        try:
+            while self.last_arrival is None:
+                chunk, ancillary, _, _ = self._sock.recvmsg(1 << 16, socket.CMSG_SPACE(16))
+                arrival = _arrival(ancillary)
+                if self.first_arrival is None:
+                    self.first_arrival = arrival
+                self._conn.receive_data(chunk)
+                while True:
+                    event = self._conn.next_event()
+                    if event is h11.NEED_DATA or isinstance(event, h11.ConnectionClosed):
+                        break
+                    if isinstance(event, h11.Response):
+                        self.status = event.status_code
+                    elif isinstance(event, h11.Data):
+                        self.data += event.data
+                    elif isinstance(event, h11.EndOfMessage):
+                        self.last_arrival = arrival
+                        break
+                if not chunk:
+                    break
+        except BaseException as exc:  # reported by answer()
+            self.error = exc
+        finally:
+            self._sock.close()
+            self._done.set()
+
+    async def answer(self) -> "RawCall":
+        """Wait until the whole answer has been read (or the connection ended); fails on a
+        read error or an incomplete answer."""
+        await asyncio.to_thread(self._done.wait, DEADLINE_S * 5)
+        assert self.error is None, f"{self.path}: reading the answer failed: {self.error!r}"
+        assert self.last_arrival is not None, f"{self.path}: the answer never completed (status {self.status}, {bytes(self.data[-200:])!r})"
+        return self
+
+    def json(self) -> Any:
+        """The answer's body as JSON."""
+        return json.loads(bytes(self.data))
+
+
+def _arrival(ancillary: list) -> float:
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return seconds + nanoseconds / 1e9
+    raise AssertionError("the kernel gave no arrival time (SO_TIMESTAMPNS)")
+
+
+def engine_of(target) -> Optional[str]:
+    """``sglang`` or ``vllm`` for an engine's target (real or fake), None for the stub."""
+    return next((e for e in ("sglang", "vllm") if target.name.startswith(e)), None)
+
+
+async def generation_call(api: Api, route: str, engine: Optional[str], i: int) -> RawCall:
+    """The body of one long generation on *route* (``partial``, ``native``, ``native-stream``)."""
+    long = api.target.long_tokens
+    if route == "partial":
+        body: dict = {"input_ids": PROMPT, "request_id": f"delivery-{i}", "sampling_params": {"max_new_tokens": long, "ignore_eos": True}}
+        path = "/partial_generate"
+    elif engine == "sglang":
+        body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": long, "ignore_eos": True}, "stream": route == "native-stream"}
+        path = "/generate"
+    else:
+        model = (await api.ok("GET", "/v1/models"))["data"][0]["id"]
+        body = {"model": model, "prompt": PROMPT, "max_tokens": long, "ignore_eos": True, "stream": route == "native-stream"}
+        path = "/v1/completions"
+    return RawCall(api.target.url, api.target.api_key, "POST", path, body)
+
+
+# The call that ends them, and the one that undoes it: (method, path, body) each.
+WAYS = {
+    "abort-wait": (("POST", "/abort_requests", {"wait": True}), None),
+    "pause-abort": (("POST", "/pause", {"mode": "abort"}), ("POST", "/resume", None)),
+    "sglang-pause-generation": (("POST", "/pause_generation", {"mode": "abort"}), ("POST", "/continue_generation", {})),
+}
+
+
+@pytest.mark.parametrize("route", ["partial", "native", "native-stream"])
+@pytest.mark.parametrize("way", list(WAYS))
+async def test_the_call_answers_after_every_client_it_covered(target, way, route):
+    engine = engine_of(target)
+    if route != "partial" and engine is None:
+        pytest.skip("the stub engine has no generation route of its own")
+    if way == "sglang-pause-generation" and engine != "sglang":
+        pytest.skip("SGLang's own pause route")
+    (method, path, body), undo = WAYS[way]
+    async with Api(target) as api:
+        clients = [(await generation_call(api, route, engine, i)).start() for i in range(N)]
+        await api.wait_in_flight(N, running=True)
+        try:
+            call = await RawCall(target.url, target.api_key, method, path, body).start().answer()
+        finally:
+            if undo is not None:
+                await api.ok(undo[0], undo[1], undo[2])
+        for client in clients:
+            await client.answer()
+        assert call.status == 200, f"{path}: {call.status} {bytes(call.data)!r}"
+        answer = call.json()
+        if way == "pause-abort":
+            assert answer["is_paused"] is True, answer
+        else:
+            assert answer["in_flight"] == 0 and answer["timed_out"] is False, answer
+        late = {i: round((c.last_arrival - call.first_arrival) * 1000, 1) for i, c in enumerate(clients) if c.last_arrival > call.first_arrival}
+        assert not late, f"{path} answered while {len(late)} of {N} clients had no whole answer yet (client: ms later): {late}"
+        for client in clients:
+            assert client.status == 200, f"{client.path}: {client.status} {bytes(client.data[-300:])!r}"
+            if route == "partial":
+                assert client.json()["cancelled"] is True
+            elif route == "native-stream":
+                assert bytes(client.data).rstrip().endswith(b"data: [DONE]")
