@@ -34,6 +34,10 @@ N = 8
 # Linux's SO_TIMESTAMPNS (also the type of its control message); Python names neither.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 PROMPT = [1, 15, 27, 33, 41]
+# Two loopback sockets written one after the other can be stamped out of order by a hair when the
+# kernel receives them on different cores (0.1 ms seen once in hundreds of rounds on a loaded
+# two-core machine); the failure this test is for was 2-40 ms late.
+REORDER_S = 0.001
 
 
 @dataclass
@@ -170,7 +174,8 @@ async def test_the_call_answers_after_every_client_it_covered(target, way, route
             assert answer["is_paused"] is True, answer
         else:
             assert answer["in_flight"] == 0 and answer["timed_out"] is False, answer
-        late = {i: round((c.last_arrival - call.first_arrival) * 1000, 1) for i, c in enumerate(clients) if c.last_arrival > call.first_arrival}
+        late = {i: round((c.last_arrival - call.first_arrival) * 1000, 1) for i, c in enumerate(clients)
+                if c.last_arrival > call.first_arrival + REORDER_S}
         assert not late, f"{path} answered while {len(late)} of {N} clients had no whole answer yet (client: ms later): {late}"
         for client in clients:
             assert client.status == 200, f"{client.path}: {client.status} {bytes(client.data[-300:])!r}"
