@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 import h11
 import pytest
 
+from targets import TARGETS
+
 from .api import Api, DEADLINE_S
 
 pytestmark = pytest.mark.anyio
@@ -149,14 +151,33 @@ WAYS = {
 }
 
 
+# The targets whose engine has generation routes of its own (every one but the stub), and SGLang's.
+ENGINE_TARGETS = tuple(name for name in TARGETS if name != "stub")
+SGLANG_TARGETS = tuple(name for name in TARGETS if name.startswith("sglang"))
+CONTRACT_WAYS = ["abort-wait", "pause-abort"]
+
+
+@pytest.mark.parametrize("way", CONTRACT_WAYS)
+async def test_the_call_answers_after_every_partial_generation_it_covered(target, way):
+    await _answers_after_every_client(target, way, "partial")
+
+
+@pytest.mark.targets(*ENGINE_TARGETS)
+@pytest.mark.parametrize("route", ["native", "native-stream"])
+@pytest.mark.parametrize("way", CONTRACT_WAYS)
+async def test_the_call_answers_after_every_native_request_it_covered(target, way, route):
+    await _answers_after_every_client(target, way, route)
+
+
+@pytest.mark.targets(*SGLANG_TARGETS)
 @pytest.mark.parametrize("route", ["partial", "native", "native-stream"])
-@pytest.mark.parametrize("way", list(WAYS))
-async def test_the_call_answers_after_every_client_it_covered(target, way, route):
+async def test_sglangs_own_abort_pause_answers_after_every_client_it_covered(target, route):
+    await _answers_after_every_client(target, "sglang-pause-generation", route)
+
+
+async def _answers_after_every_client(target, way: str, route: str) -> None:
+    """N clients on *route*, ended by *way*: each holds its whole answer when the call answers."""
     engine = engine_of(target)
-    if route != "partial" and engine is None:
-        pytest.skip("the stub engine has no generation route of its own")
-    if way == "sglang-pause-generation" and engine != "sglang":
-        pytest.skip("SGLang's own pause route")
     (method, path, body), undo = WAYS[way]
     async with Api(target) as api:
         clients = [(await generation_call(api, route, engine, i)).start() for i in range(N)]
