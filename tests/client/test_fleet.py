@@ -4,11 +4,12 @@
 import asyncio
 import time
 
+import httpx
 import pytest
 
 from engine_plugins.client import Fleet, ServerClient
 from engine_plugins.client.errors import ServerError
-from engine_plugins.client.transport import Transport, make_http_client
+from engine_plugins.client.transport import Transport
 
 from .conftest import KEY
 from .servers import raw_socket_server
@@ -108,7 +109,9 @@ async def test_a_server_that_hangs_up_is_reported_as_disconnected(hang_up_url, s
 
 async def test_a_control_call_on_a_connection_the_server_just_closed_is_sent_again():
     with raw_socket_server("answer_once") as url:
-        async with make_http_client() as http:
+        # The client's own keep-alive expiry (2 s) is long past on a busy machine between two
+        # calls, and an expired connection is never reused: this test needs it reused.
+        async with httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=600)) as http:
             transport = Transport(url, http)
             assert await transport.call("GET", "/v1/loads", timeout_s=10) == {"ok": True}
             # The kept-alive connection is closed as this call goes out on it; a new one answers.
