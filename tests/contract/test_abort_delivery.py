@@ -19,6 +19,7 @@ import json
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import urlsplit
@@ -26,6 +27,7 @@ from urllib.parse import urlsplit
 import h11
 import pytest
 
+from engine_plugins.schema import LoadsResult
 from targets import TARGETS
 
 from .api import Api, DEADLINE_S
@@ -75,31 +77,48 @@ class RawCall:
         return self
 
     def _read(self) -> None:
+        # Read to the end of the connection (the request said Connection: close), keeping each
+        # chunk with its kernel arrival time, and parse afterwards: a reader that parses as it
+        # goes falls behind a stream on a busy machine, and then the kernel merges the queued
+        # segments and drops their time stamps.
+        chunks: list[tuple[bytes, Optional[float], float]] = []
         try:
-            while self.last_arrival is None:
+            while True:
                 chunk, ancillary, _, _ = self._sock.recvmsg(1 << 16, socket.CMSG_SPACE(16))
-                arrival = _arrival(ancillary)
-                if self.first_arrival is None:
-                    self.first_arrival = arrival
-                self._conn.receive_data(chunk)
-                while True:
-                    event = self._conn.next_event()
-                    if event is h11.NEED_DATA or isinstance(event, h11.ConnectionClosed):
-                        break
-                    if isinstance(event, h11.Response):
-                        self.status = event.status_code
-                    elif isinstance(event, h11.Data):
-                        self.data += event.data
-                    elif isinstance(event, h11.EndOfMessage):
-                        self.last_arrival = arrival
-                        break
                 if not chunk:
                     break
+                chunks.append((chunk, _arrival(ancillary), time.time()))
+            self._parse(chunks)
         except BaseException as exc:  # reported by answer()
             self.error = exc
         finally:
             self._sock.close()
             self._done.set()
+
+    def _parse(self, chunks: list[tuple[bytes, Optional[float], float]]) -> None:
+        for chunk, stamp, read_at in chunks:
+            # Without a kernel stamp, the time it was read is an upper bound of its arrival:
+            # the assertions only ever hold a client's answer to "no later than".
+            arrival = stamp if stamp is not None else read_at
+            if self.first_arrival is None:
+                self.first_arrival = arrival
+            self._conn.receive_data(chunk)
+            while True:
+                event = self._conn.next_event()
+                if event is h11.NEED_DATA or isinstance(event, h11.ConnectionClosed):
+                    break
+                if isinstance(event, h11.Response):
+                    self.status = event.status_code
+                elif isinstance(event, h11.Data):
+                    self.data += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    self.last_arrival = arrival
+                    return
+
+    @property
+    def ended(self) -> bool:
+        """The connection has ended (its answer is complete, or it failed)."""
+        return self._done.is_set()
 
     async def answer(self) -> "RawCall":
         """Wait until the whole answer has been read (or the connection ended); fails on a
@@ -114,12 +133,13 @@ class RawCall:
         return json.loads(bytes(self.data))
 
 
-def _arrival(ancillary: list) -> float:
+def _arrival(ancillary: list) -> Optional[float]:
+    """The kernel's arrival time of a read's bytes; None where it gave none (segments it merged)."""
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
             seconds, nanoseconds = struct.unpack("qq", data[:16])
             return seconds + nanoseconds / 1e9
-    raise AssertionError("the kernel gave no arrival time (SO_TIMESTAMPNS)")
+    return None
 
 
 def engine_of(target) -> Optional[str]:
@@ -175,13 +195,26 @@ async def test_sglangs_own_abort_pause_answers_after_every_client_it_covered(tar
     await _answers_after_every_client(target, "sglang-pause-generation", route)
 
 
+async def _wait_running(api: Api, clients: list[RawCall]) -> None:
+    """Wait until every client's request runs; a client whose connection ended first fails the
+    test with its answer (a setup failure only if none did and the requests never all ran)."""
+
+    def running(loads: dict) -> bool:
+        ended = [(c.path, c.status, repr(c.error) if c.error else bytes(c.data[-200:])) for c in clients if c.ended]
+        assert not ended, f"{len(ended)} of {N} clients ended before the call was sent: {ended}"
+        answer = LoadsResult.model_validate(loads)
+        return answer.in_flight >= N and answer.aggregate.total_running_reqs >= N
+
+    await api.wait_for(f"{N} requests running", running)
+
+
 async def _answers_after_every_client(target, way: str, route: str) -> None:
     """N clients on *route*, ended by *way*: each holds its whole answer when the call answers."""
     engine = engine_of(target)
     (method, path, body), undo = WAYS[way]
     async with Api(target) as api:
         clients = [(await generation_call(api, route, engine, i)).start() for i in range(N)]
-        await api.wait_in_flight(N, running=True)
+        await _wait_running(api, clients)
         try:
             call = await RawCall(target.url, target.api_key, method, path, body).start().answer()
         finally:
