@@ -62,25 +62,26 @@ def abort_reason(reason: str) -> Iterator[None]:
 class InFlightCounts:
     """The requests one front end holds: how many, and how many per version they were admitted under.
 
-    *oldest* is, for each name in *by_version*, the oldest generation its requests were admitted
-    under, so that counts from several front ends merge in the server's bump order.
+    *age* is, for each name in *by_version*, how many bumps ago its oldest requests were admitted,
+    so that counts from several front ends merge in the server's bump order.
     """
 
     in_flight: int = 0
     by_version: dict[str, int] = field(default_factory=dict)
-    oldest: dict[str, int] = field(default_factory=dict)
+    age: dict[str, int] = field(default_factory=dict)
 
     def plus(self, other: "InFlightCounts") -> "InFlightCounts":
         """Both front ends' counts together, oldest version first."""
-        # Every front end of a server takes every bump (they are spread), so their generations
-        # count the same bumps and compare. A process holding only newer requests must not put
-        # its versions first just because it answered first.
-        oldest = dict(self.oldest)
-        for name, generation in other.oldest.items():
-            oldest[name] = min(generation, oldest.get(name, generation))
-        names = sorted({**self.by_version, **other.by_version}, key=lambda n: oldest.get(n, 0))
+        # Ages, not generations: a front end that missed a bump (a process that failed one
+        # spread) counts one bump fewer from then on, so generations of two processes need not
+        # compare, while the recent bumps they both took are as many bumps ago on each. A process
+        # holding only newer requests must not put its versions first because it answered first.
+        age = dict(self.age)
+        for name, bumps in other.age.items():
+            age[name] = max(bumps, age.get(name, bumps))
+        names = sorted({**self.by_version, **other.by_version}, key=lambda n: -age.get(n, 0))
         by_version = {n: self.by_version.get(n, 0) + other.by_version.get(n, 0) for n in names}
-        return InFlightCounts(self.in_flight + other.in_flight, by_version, oldest)
+        return InFlightCounts(self.in_flight + other.in_flight, by_version, age)
 
 
 def new_rid() -> str:
@@ -180,12 +181,12 @@ class RolloutControl:
         """This process's accepted requests: how many, and how many per admitting version."""
         self._notice_version_change()
         by_version: dict[str, int] = {}
-        oldest: dict[str, int] = {}
+        age: dict[str, int] = {}
         for generation, count in self.registry.by_admission().items():
             name = self.versions.name_of(generation)
             by_version[name] = by_version.get(name, 0) + count
-            oldest.setdefault(name, generation)
-        return InFlightCounts(in_flight=len(self.registry), by_version=by_version, oldest=oldest)
+            age.setdefault(name, self.versions.staleness(generation))
+        return InFlightCounts(in_flight=len(self.registry), by_version=by_version, age=age)
 
     # --- loads -------------------------------------------------------------------------
 

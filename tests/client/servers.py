@@ -81,6 +81,24 @@ def serve_app(app) -> Iterator[str]:
 ANSWER = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}'
 
 
+def _read_request(conn: socket.socket) -> None:
+    """Read one whole HTTP request: its head and a Content-Length body may arrive in separate
+    segments, and a server that answered after the first would take the rest for the next request."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk
+
+
 @contextlib.contextmanager
 def raw_socket_server(mode: str) -> Iterator[str]:
     """A TCP server that accepts and then never answers (*mode* ``silent``), reads each request
@@ -96,8 +114,8 @@ def raw_socket_server(mode: str) -> Iterator[str]:
 
     def serve(conn: socket.socket) -> None:
         with contextlib.suppress(OSError):
-            conn.settimeout(2)
-            conn.recv(65536)
+            conn.settimeout(10)
+            _read_request(conn)
             if mode == "answer_once":
                 conn.sendall(ANSWER)
                 conn.settimeout(30)

@@ -40,14 +40,22 @@ def test_spans_from_version_changes_when_the_engine_reports_none():
 
 def test_counts_of_several_front_ends_merge_oldest_version_first():
     # The process answering holds only the newest request: its version must still come last.
-    answering = InFlightCounts(1, {"v2": 1}, {"v2": 2})
-    peer = InFlightCounts(3, {"v1": 2, "v2": 1}, {"v1": 1, "v2": 2})
+    answering = InFlightCounts(1, {"v2": 1}, {"v2": 0})
+    peer = InFlightCounts(3, {"v1": 2, "v2": 1}, {"v1": 1, "v2": 0})
     merged = answering.plus(peer)
     assert list(merged.by_version.items()) == [("v1", 2), ("v2", 2)]
-    assert merged.in_flight == 4 and merged.oldest == {"v1": 1, "v2": 2}
+    assert merged.in_flight == 4 and merged.age == {"v1": 1, "v2": 0}
     # A name bumped to twice sits where its oldest requests were admitted.
-    again = InFlightCounts(1, {"v1": 1}, {"v1": 3}).plus(InFlightCounts(2, {"v1": 1, "v0": 1}, {"v1": 1, "v0": 0}))
+    again = InFlightCounts(1, {"v1": 1}, {"v1": 0}).plus(InFlightCounts(2, {"v1": 1, "v0": 1}, {"v1": 2, "v0": 3}))
     assert list(again.by_version) == ["v0", "v1"] and again.by_version["v1"] == 2
+
+
+def test_a_front_end_that_missed_a_bump_still_merges_in_bump_order():
+    # Process A took bumps a, b, c (generations 1-3); process B failed b and took a, c
+    # (generations 1-2). B's generation of c is A's of b: only ages compare.
+    a = InFlightCounts(1, {"c": 1}, {"c": 0})
+    b = InFlightCounts(2, {"a": 1, "c": 1}, {"a": 1, "c": 0})
+    assert list(a.plus(b).by_version) == ["a", "c"] and list(b.plus(a).by_version) == ["a", "c"]
 
 
 # --- bumps: a bump to the version in force is a no-op ----------------------------------------
