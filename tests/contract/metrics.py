@@ -9,14 +9,14 @@ from .api import Api
 Samples = dict[tuple[str, frozenset], float]
 
 
-async def scrape(api: Api) -> Samples:
-    """Every ``engine_plugins_*`` sample on /metrics, by name and labels."""
+async def scrape(api: Api, prefix: str = "engine_plugins_") -> Samples:
+    """Every sample on /metrics whose name starts with *prefix* (the plugin's by default), by name and labels."""
     response = await api.http.get("/metrics")
     assert response.status_code == 200, response.text
     samples = {}
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
-            if sample.name.startswith("engine_plugins_"):
+            if sample.name.startswith(prefix):
                 samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return samples
 
