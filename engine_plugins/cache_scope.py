@@ -27,8 +27,8 @@ def version_salt(caller_salt: Optional[str], generation: int) -> str:
     """The prefix-cache salt of a request admitted under weight-version *generation*, whose caller
     sent *caller_salt* (None or empty: no salt of its own).
 
-    Equal for equal arguments, different when either differs; at most 48 characters of
-    ``[a-z0-9-]``.
+    Equal for equal arguments, different when either differs; under 60 characters of
+    ``[a-z0-9-]`` (for fewer than 10**20 bumps).
     """
     digest = hashlib.sha256(f"{generation}\x00{caller_salt or ''}".encode()).hexdigest()[:_DIGEST_CHARS]
     return f"ep-wv{generation}-{digest}"
