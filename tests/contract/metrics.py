@@ -26,6 +26,11 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def total(samples: Samples, name: str) -> float:
+    """The sum of one metric's samples over all their labels (an engine's counter per model and rank)."""
+    return sum(v for (n, _), v in samples.items() if n == name)
+
+
 def moved(before: Samples, after: Samples, name: str, **labels: str) -> float:
     """How much one sample grew between two scrapes."""
     return value(after, name, **labels) - value(before, name, **labels)

@@ -17,7 +17,7 @@ import pytest
 from targets import TARGETS
 
 from .api import Api
-from .metrics import scrape, value
+from .metrics import scrape, total
 
 pytestmark = pytest.mark.anyio
 
@@ -61,9 +61,9 @@ async def native_cached(api: Api, prompt: list[int], salt: Optional[str] = None)
     body = {"model": model, "prompt": prompt, "max_tokens": 1}
     if salt is not None:
         body["cache_salt"] = salt
-    before = value(await scrape(api, "vllm:"), "vllm:prefix_cache_hits_total")
+    before = total(await scrape(api, "vllm:"), "vllm:prefix_cache_hits_total")
     await api.ok("POST", "/v1/completions", body)
-    return int(value(await scrape(api, "vllm:"), "vllm:prefix_cache_hits_total") - before)
+    return int(total(await scrape(api, "vllm:"), "vllm:prefix_cache_hits_total") - before)
 
 
 async def bump(api: Api) -> None:
