@@ -14,7 +14,9 @@ from typing import Any, Optional
 
 import pytest
 
-from targets import TARGETS
+from targets import TARGETS, stub_server
+from targets_sglang import sglang_fake_server
+from targets_vllm import fake_vllm_server
 
 from .api import Api
 from .metrics import scrape, total
@@ -110,3 +112,23 @@ async def test_the_callers_own_salt_keeps_its_meaning_within_a_version(target):
         assert await native_cached(api, prompt) == 0, "a request without a salt shared a salted request's cache"
         await bump(api)
         assert await native_cached(api, prompt, salt="caller-a") == 0, "the caller's salt reused KV from before the bump"
+
+
+# The plugin's adapters on each engine's fake, and the stub, started with the scoping turned off.
+UNSCOPED = {
+    "stub": lambda tmp, env: stub_server(tmp, env=env),
+    "sglang-stub": lambda tmp, env: sglang_fake_server(tmp, env=env),
+    "vllm-stub": lambda tmp, env: fake_vllm_server(tmp, env=env),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNSCOPED))
+async def test_with_the_scoping_turned_off_a_request_after_a_bump_reuses_the_cache(tmp_path, kind):
+    with UNSCOPED[kind](tmp_path, {"ENGINE_PLUGINS_SCOPE_PREFIX_CACHE": "0"}) as target:
+        async with Api(target) as api:
+            cached = native_cached if engine_of(target) else contract_cached
+            prompt = fresh_prompt()
+            await cached(api, prompt)
+            before = await cached(api, prompt)
+            await bump(api)
+            assert before > 0 and await cached(api, prompt) == before
