@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 from types import SimpleNamespace
 
 from engine_plugins.sglang.engine_names import SGLangNames, check_names
 
 from . import http_server
 from .hook_registry import HookRegistry, HookType
-from .io_struct import (ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, TokenizedGenerateReqInput,
-                        UpdateWeightVersionReqInput)
+from .io_struct import ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
 from .tokenizer_manager import HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, TokenizerManager
 
 
 def fake_names(serving: SimpleNamespace) -> SGLangNames:
     """The fake's names; *serving* stands for SGLang's ``get_serving()`` bag (keys, flags)."""
-    # Names the plugin's SGLangNames may not take yet (the tokenized request, whose extra_key
-    # the prefix-cache scoping sets): passed when it does.
-    optional = {"TokenizedGenerateReqInput": TokenizedGenerateReqInput}
-    taken = {f.name for f in dataclasses.fields(SGLangNames)}
     names = SGLangNames(
         version="0.5.23 (engine_plugins fake)",
         http_server=http_server,
@@ -36,7 +30,6 @@ def fake_names(serving: SimpleNamespace) -> SGLangNames:
         deterministic_inference=lambda: serving.enable_deterministic_inference,
         admin_optional="admin_optional",
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
-        **{name: value for name, value in optional.items() if name in taken},
     )
     check_names(names)
     return names
