@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
-from . import fleets, stub_scaling
+from . import fleets, prefix_cache, stub_scaling
 from .common import RESULTS, median_interval, read_json, stats
 from .vllm_api_servers import summary as api_servers_table
 
@@ -162,6 +162,12 @@ def markdown(command: Optional[str] = None) -> str:
         how = ", both servers up and the rounds alternating" if api.get("alternating") else ", one server after the other"
         parts += ["", f"## Figure 7: vLLM with several API processes, {api['requests']} requests, {len(api['runs'][0]['rounds'])} rounds{how}",
                   "", api_servers_table(api["runs"])]
+    prefix = read_json("prefix_cache")
+    if prefix:
+        parts += ["", f"## Figure 8: the prefix cache scoped by weight version and not, {prefix[0]['rounds']} rounds alternating "
+                  f"(a round: a bump, {prefix[0]['groups']} prompts of {prefix[0]['prompt_tokens']} tokens sharing "
+                  f"{prefix[0]['system_tokens']}, {prefix[0]['samples']} samples each, then the last round's prompt again)",
+                  "", prefix_cache.table(prefix)]
     return "\n".join(parts) + "\n"
 
 

@@ -5,7 +5,8 @@ and plots in ``benchmarks/results/``.
     make bench                                      # everything, 10 rounds (about 25 minutes here)
 
 Figures 1-4 start SGLang and then vLLM (both without and with the plugin), figure 7 vLLM with one
-and then two API processes. A real-engine figure holds ``BENCH_LOCK`` (a file, when set) while
+and then two API processes, figure 8 each engine with the prefix cache scoped by weight version and
+not. A real-engine figure holds ``BENCH_LOCK`` (a file, when set) while
 its servers run, so that it never shares the machine with another real-engine run. An engine
 that cannot start stops the run with its log tail.
 """
@@ -20,10 +21,10 @@ import os
 import sys
 from typing import Iterator
 
-from . import fleets, real_engines, report, stub_scaling, vllm_api_servers
+from . import fleets, prefix_cache, real_engines, report, stub_scaling, vllm_api_servers
 from .common import stop_cleanly_on_sigterm, progress, rounds_default, write_json
 
-ALL = (5, 6, 1, 2, 3, 4, 7)
+ALL = (5, 6, 1, 2, 3, 4, 7, 8)
 
 
 @contextlib.contextmanager
@@ -67,6 +68,12 @@ def main() -> None:
     if 7 in figures:
         with real_engine_lock():
             write_json("vllm_api_servers", vllm_api_servers.run(args.rounds))
+    if 8 in figures:
+        figure = []
+        for engine in ("sglang", "vllm"):
+            with real_engine_lock():
+                figure.append(prefix_cache.run(engine, args.rounds))
+        write_json("prefix_cache", figure)
     command = f"BENCH_FIGURES={','.join(map(str, sorted(figures)))} BENCH_ROUNDS={args.rounds} make bench"
     for path in report.write(command):
         progress(f"wrote {path}")

@@ -92,6 +92,9 @@ class Settings:
     """ENGINE_PLUGINS_ABORT_SETTLE_S: how long an abort sent without ``wait`` (the engines' own abort
     routes, and ``/abort_requests`` without the field) waits for the requests it covered to be
     released before it answers (default 5 s)."""
+    scope_prefix_cache: bool = True
+    """ENGINE_PLUGINS_SCOPE_PREFIX_CACHE: key every request's prefix cache by the weight version it was
+    admitted under, so that no request reuses KV computed under other weights (default true)."""
 
 
 _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
@@ -105,6 +108,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "max_body_bytes": ("ENGINE_PLUGINS_MAX_BODY_BYTES", _positive_bytes),
     "require_key": ("ENGINE_PLUGINS_REQUIRE_KEY", _bool),
     "abort_settle_s": ("ENGINE_PLUGINS_ABORT_SETTLE_S", _positive_seconds),
+    "scope_prefix_cache": ("ENGINE_PLUGINS_SCOPE_PREFIX_CACHE", _bool),
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}
 

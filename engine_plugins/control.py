@@ -320,6 +320,7 @@ class RolloutControl:
             cancelled=finish == "abort",
             weight_versions=_spans(latest, changes),
             cancel_reason=self._cancel_reason(entry) if finish == "abort" else None,
+            cached_tokens=latest.cached_tokens,
         )
 
     def _cancel_reason(self, entry: InFlight) -> Optional[str]:

@@ -235,6 +235,9 @@ class PartialGenerateResult(_Response):
     cancelled: bool
     weight_versions: list[WeightVersionSpan]
     cancel_reason: Optional[str] = None
+    cached_tokens: Optional[int] = None
+    """Prompt tokens the engine served from its prefix cache, by its own count (SGLang's
+    ``meta_info.cached_tokens``, vLLM's ``num_cached_tokens``); None where the engine gives none."""
 
     @model_validator(mode="after")
     def _one_logprob_per_token(self) -> "PartialGenerateResult":

@@ -30,6 +30,9 @@ class Generation:
     output_logprobs: list[float] = field(default_factory=list)
     finish_reason: Optional[str] = None
     weight_versions: list[WeightVersionSpan] = field(default_factory=list)
+    cached_tokens: Optional[int] = None
+    """Prompt tokens the engine served from its prefix cache (its own count); None where the
+    engine reports none."""
 
 
 @dataclass(frozen=True)

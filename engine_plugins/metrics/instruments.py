@@ -38,6 +38,10 @@ class Instruments:
     """Gauge: requests the server has accepted and not released."""
     requests_held: Any
     """Gauge: of those, requests held before the scheduler (tokenizing, at a pause gate)."""
+    prefix_cache_queries: Any
+    """Counter: prompt tokens of partial generations whose prefix-cache hits the engine reported."""
+    prefix_cache_hits: Any
+    """Counter: of those, the tokens it served from its prefix cache (its own count)."""
     multiprocess: bool
     """prometheus_client runs in multiprocess mode (SGLang): no callbacks, no label removal."""
 
@@ -91,6 +95,14 @@ def _make() -> Instruments:
             PREFIX + "requests_held",
             "Requests accepted but held before the scheduler (tokenizing, at a pause gate)",
             multiprocess_mode=gauge_mode,
+        ),
+        prefix_cache_queries=Counter(
+            PREFIX + "prefix_cache_queries",
+            "Prompt tokens of partial generations whose prefix-cache hits the engine reported",
+        ),
+        prefix_cache_hits=Counter(
+            PREFIX + "prefix_cache_hits",
+            "Prompt tokens of partial generations the engine served from its prefix cache (its own count)",
         ),
         # Decided by prometheus_client when it was first imported, from PROMETHEUS_MULTIPROC_DIR.
         multiprocess=values.ValueClass is not values.MutexValue,

@@ -48,7 +48,8 @@ async def update_weight_version(control, new_version, abort_all_requests):
 
 @hookimpl
 async def partial_generate(control, input_ids, sampling_params, request_id, max_staleness):
-    """Generate through the control; count cancelled generations and the tokens they returned."""
+    """Generate through the control; count cancelled generations and the tokens they returned,
+    and the prompt tokens the engine served from its prefix cache."""
     m = instruments.get()
     if m is None:
         return None
@@ -60,6 +61,10 @@ async def partial_generate(control, input_ids, sampling_params, request_id, max_
     if result.cancelled:
         m.partial_generations_cancelled.inc()
         m.salvaged_tokens.inc(len(result.output_ids))
+    if result.cached_tokens is not None:
+        # Scoped by weight version (unless turned off): hits within a version show the cache still works.
+        m.prefix_cache_queries.inc(len(input_ids))
+        m.prefix_cache_hits.inc(result.cached_tokens)
     return result
 
 

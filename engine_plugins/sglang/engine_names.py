@@ -37,6 +37,7 @@ NOT_INSTALLED = "(not installed)"
 TOKENIZER_MANAGER_METHODS = (
     "__init__",
     "generate_request",
+    "_create_tokenized_object",
     "_mark_state_dispatched",
     "abort_request",
     "pause_generation",
@@ -82,6 +83,8 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     *(_n(_TM, f"ReqState.{f}") for f in REQ_STATE_FIELDS),
     *(_n("managers.io_struct", f"{cls}.{f}") for cls, fields in REQUEST_FIELDS.items() for f in fields),
     _n("managers.io_struct", "ContinueGenerationReqInput"),
+    _n("managers.io_struct", "TokenizedGenerateReqInput.rid"),
+    _n("managers.io_struct", "TokenizedGenerateReqInput.extra_key"),
     _n("managers.load_snapshot", "LoadSnapshot.to_dict"),
     _n("plugins.hook_registry", "HookRegistry.register"),
     _n("plugins.hook_registry", "HookRegistry.apply_hooks"),
@@ -209,6 +212,16 @@ class SGLangNames:
     def request_rid(obj: Any) -> Any:
         """A ``GenerateReqInput``'s rid: a string, or a list for a batch."""
         return obj.rid
+
+    @staticmethod
+    def scope_prefix_cache(tokenized: Any, salt_of: Callable[[str, Optional[str]], Optional[str]]) -> None:
+        """Give a tokenized request (``TokenizedGenerateReqInput``; embedding requests have no
+        prefix-cache key to scope) the ``extra_key`` *salt_of(rid, its extra_key)* returns, unless None."""
+        if not hasattr(tokenized, "extra_key"):
+            return
+        salt = salt_of(tokenized.rid, tokenized.extra_key)
+        if salt is not None:
+            tokenized.extra_key = salt
 
     @staticmethod
     def wants_logprobs(obj: Any) -> bool:

@@ -87,12 +87,12 @@ def install(names: SGLangNames) -> None:
             return None
         control = controls.get(tm)
         if control is None:
-            seam = SGLangSeam(tracker_for(names, tm))
+            seam = SGLangSeam(tracker_for(names, tm, stack.settings.scope_prefix_cache))
             control = controls[tm] = RolloutControl(seam, stack.settings.abort_timeout_s)
         return control
 
     stack = assemble(get_control, names.api_keys)
-    hooks = register_hooks(names)
+    hooks = register_hooks(names, stack.settings.scope_prefix_cache)
 
     def check_launch(original: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
         hooks.check_applied()

@@ -239,6 +239,8 @@ def _apply_chunk(out: Generation, chunk: dict, incremental: bool) -> None:
     for item in new:
         out.output_logprobs.append(float(item[0]))
         out.output_ids.append(int(item[1]))
+    if "cached_tokens" in meta:
+        out.cached_tokens = int(meta["cached_tokens"])
     finish = meta.get("finish_reason")
     if finish is not None:
         kind = finish.get("type") if isinstance(finish, dict) else str(finish)

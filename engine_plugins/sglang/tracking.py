@@ -30,6 +30,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional
 
+from ..cache_scope import version_salt
 from ..errors import StartupError
 from ..registry import InFlightRegistry
 from .engine_names import SGLangEngine, SGLangNames
@@ -89,9 +90,11 @@ class TrackedStates(dict):
 class Tracker:
     """The registry of one TokenizerManager, fed by its request states and the hooks."""
 
-    def __init__(self, sglang: SGLangEngine) -> None:
+    def __init__(self, sglang: SGLangEngine, scope_prefix_cache: bool = True) -> None:
         self.sglang = sglang
         self.registry = InFlightRegistry()
+        self.scope_prefix_cache = scope_prefix_cache
+        """Salt each request's prefix cache by the version it was admitted under (:mod:`..cache_scope`)."""
         self._held_aborted = asyncio.Event()
         self._abort_mode_pauses = 0
         sglang.replace_request_states(lambda states: TrackedStates(states, self))
@@ -110,6 +113,15 @@ class Tracker:
         SGLang does this in its output loop before it wakes the request's task, so the answer is
         written well after; an abort with wait waits for that too (:mod:`..delivery`)."""
         self.registry.release(rid)
+
+    def cache_salt(self, rid: str, extra_key: Optional[str]) -> Optional[str]:
+        """The ``extra_key`` that scopes *rid*'s prefix cache by the version it was admitted under,
+        combined with the caller's *extra_key*; None when scoping is off."""
+        if not self.scope_prefix_cache:
+            return None
+        entry = self.registry.get(rid)
+        # Every request has an entry by now (its state is made first); the generation in force otherwise.
+        return version_salt(extra_key, entry.admitted if entry is not None else self.registry.generation)
 
     def dispatched(self, rid: str) -> None:
         """*rid* reached the scheduler; an abort that came while it was held follows it there."""
@@ -238,12 +250,12 @@ class RegisteredHooks:
             )
 
 
-def tracker_for(names: SGLangNames, tm: Any) -> Tracker:
+def tracker_for(names: SGLangNames, tm: Any, scope_prefix_cache: bool = True) -> Tracker:
     """The tracker of the TokenizerManager *tm*, made on first use: *tm* is checked
     (:class:`~.engine_names.SGLangEngine`) and its request states tracked from then on."""
     tracker = _trackers.get(tm)
     if tracker is None:
-        tracker = _trackers[tm] = Tracker(SGLangEngine(names, tm))
+        tracker = _trackers[tm] = Tracker(SGLangEngine(names, tm), scope_prefix_cache)
     return tracker
 
 
@@ -253,12 +265,20 @@ async def _refuse(message: str) -> AsyncIterator[dict]:
     yield {}  # pragma: no cover - makes this an async generator
 
 
-def register_hooks(names: SGLangNames) -> RegisteredHooks:
+def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True) -> RegisteredHooks:
     """Register the TokenizerManager hooks with SGLang's hook registry, which applies them once
-    every plugin has loaded (and only once per process)."""
+    every plugin has loaded (and only once per process). *scope_prefix_cache*: salt every
+    request's prefix cache by the version it was admitted under."""
 
     def after_init(result: Any, tm: Any, *args: Any, **kwargs: Any) -> None:
-        tracker_for(names, tm)
+        tracker_for(names, tm, scope_prefix_cache)
+
+    def create_tokenized_object(original: Any, tm: Any, *args: Any, **kwargs: Any) -> Any:
+        # Every route's requests pass here, one (sub-)request at a time, just before dispatch:
+        # the last point where the tokenized request's extra_key still reaches the radix cache.
+        tokenized = original(tm, *args, **kwargs)
+        names.scope_prefix_cache(tokenized, tracker_for(names, tm).cache_salt)
+        return tokenized
 
     def generate_request(original: Any, tm: Any, obj: Any, request: Any = None) -> AsyncIterator[dict]:
         tracker = tracker_for(names, tm)
@@ -285,6 +305,7 @@ def register_hooks(names: SGLangNames) -> RegisteredHooks:
     hooks = {
         "__init__": (after_init, "AFTER"),
         "generate_request": (generate_request, "AROUND"),
+        "_create_tokenized_object": (create_tokenized_object, "AROUND"),
         "_mark_state_dispatched": (mark_state_dispatched, "AROUND"),
         "abort_request": (abort_request, "AROUND"),
         "pause_generation": (pause_generation, "AROUND"),

@@ -3,6 +3,13 @@
 It behaves as a well-behaved engine should: requests are held while tokenizing and while
 paused, an abort reaches a request wherever it is, ``keep`` freezes running requests, and the
 weight version in force is recorded for every token.
+
+It has a prefix cache as vLLM's works (:class:`PrefixCache`): blocks of 16 prompt tokens,
+hashed in a chain with the request's salt in the first block's hash, so that requests with
+different salts share nothing; a hit counts whole blocks only and leaves at least one prompt
+token to compute. Each request's salt is that of the weight-version generation it was admitted
+under (:func:`~engine_plugins.cache_scope.version_salt`) unless scoping is off, and every
+snapshot reports the request's hit as ``cached_tokens``.
 """
 
 from __future__ import annotations
@@ -11,14 +18,52 @@ import asyncio
 import contextlib
 import random
 import zlib
+from collections import OrderedDict
 from typing import AsyncIterator, Optional, Sequence
 
+from ..cache_scope import version_salt
 from ..model_limits import ModelLimits
 from ..registry import InFlight, InFlightRegistry
 from ..schema import SamplingParams, WeightVersionSpan
 from ..seam import EnginePause, Generation
 
 EOS_TOKEN_ID = 2
+BLOCK_SIZE = 16
+
+
+class PrefixCache:
+    """Full blocks of *block_size* prompt tokens by chained hash, the salt in the first block's
+    (as vLLM's ``hash_block_tokens`` and its ``cache_salt``); at most *max_blocks* of them, the
+    least recently used evicted first."""
+
+    def __init__(self, block_size: int = BLOCK_SIZE, max_blocks: int = 4096) -> None:
+        self.block_size = block_size
+        self.max_blocks = max_blocks
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def _hashes(self, input_ids: Sequence[int], salt: Optional[str]) -> list[int]:
+        hashes, parent = [], None
+        for start in range(0, len(input_ids) - self.block_size + 1, self.block_size):
+            parent = hash((parent, tuple(input_ids[start : start + self.block_size]), salt if start == 0 else None))
+            hashes.append(parent)
+        return hashes
+
+    def admit(self, input_ids: Sequence[int], salt: Optional[str]) -> int:
+        """The prompt tokens of *input_ids* already cached under *salt* (whole blocks, at most
+        all but the last token, which a real engine recomputes for its logits); then its full
+        blocks are cached."""
+        hashes = self._hashes(input_ids, salt)
+        hit = 0
+        for block_hash in hashes[: max(len(input_ids) - 1, 0) // self.block_size]:
+            if block_hash not in self._blocks:
+                break  # chained: no later block can hit either
+            hit += 1
+        for block_hash in hashes:
+            self._blocks[block_hash] = None
+            self._blocks.move_to_end(block_hash)
+        while len(self._blocks) > self.max_blocks:
+            self._blocks.popitem(last=False)
+        return hit * self.block_size
 
 
 class StubEngine:
@@ -28,7 +73,11 @@ class StubEngine:
     before it can be dispatched. ``release_delay_s``: how long an aborted request takes to
     release (a slow engine, for abort-with-wait time-outs). ``api_key``: the engine's own key.
     ``vocab_size``, ``context_length``: the "model's" limits (a long context by default: the stub
-    has no model, and tests run requests that never end on their own).
+    has no model, and tests run requests that never end on their own). ``scope_prefix_cache``:
+    whether each request's prefix cache is scoped by the weight-version generation it was
+    admitted under; None until the server sets it from its settings
+    (``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE``, :func:`~engine_plugins.stub.server.create_app`), and
+    on while it is None.
     """
 
     engine = "stub"
@@ -41,6 +90,7 @@ class StubEngine:
         vocab_size: int = 512,
         api_key: Optional[str] = None,
         context_length: int = 1_000_000,
+        scope_prefix_cache: Optional[bool] = None,
     ) -> None:
         self.registry = InFlightRegistry()
         self.step_s = step_s
@@ -49,6 +99,8 @@ class StubEngine:
         self.vocab_size = vocab_size
         self.context_length = context_length
         self._api_key = api_key
+        self.scope_prefix_cache = scope_prefix_cache
+        self.prefix_cache = PrefixCache()
         self._version = "default"
         self._paused: Optional[str] = None
         self._changed = asyncio.Event()
@@ -78,10 +130,12 @@ class StubEngine:
             while self._paused and not entry.aborted:
                 await self._changed.wait()
             if entry.aborted:
-                yield Generation(finish_reason="abort")
+                yield Generation(finish_reason="abort", cached_tokens=0)
                 return
             entry.dispatched = True
-            async for generation in self._decode(entry, params):
+            salt = version_salt(None, entry.admitted) if self.scope_prefix_cache is not False else None
+            cached_tokens = self.prefix_cache.admit(input_ids, salt)
+            async for generation in self._decode(entry, params, cached_tokens):
                 yield generation
         finally:
             self.registry.release(rid)
@@ -94,10 +148,10 @@ class StubEngine:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), end - loop.time())
 
-    async def _decode(self, entry: InFlight, params: SamplingParams) -> AsyncIterator[Generation]:
+    async def _decode(self, entry: InFlight, params: SamplingParams, cached_tokens: int) -> AsyncIterator[Generation]:
         seed = params.seed if params.seed is not None else zlib.crc32(entry.rid.encode())
         rng = random.Random(seed)
-        out = Generation()
+        out = Generation(cached_tokens=cached_tokens)
         while True:
             if entry.aborted:
                 if self.release_delay_s:

@@ -16,7 +16,8 @@ from .engine import StubEngine
 def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings] = None) -> FastAPI:
     """A FastAPI app serving the contract on *engine* (a default :class:`StubEngine`).
 
-    The engine is built lazily on the server's event loop, as the real engines build theirs.
+    The engine is built lazily on the server's event loop, as the real engines build theirs;
+    one whose ``scope_prefix_cache`` is None takes the settings' (``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE``).
     The plugin stack is ``app.state.plugin_stack``; ``/metrics`` serves prometheus_client's
     default registry when prometheus_client is installed.
     """
@@ -25,7 +26,10 @@ def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings]
 
     def get_control() -> Optional[RolloutControl]:
         if "control" not in state:
-            state["control"] = RolloutControl(engine or StubEngine(), stack.settings.abort_timeout_s)
+            seam = engine or StubEngine()
+            if seam.scope_prefix_cache is None:  # an engine told nothing follows the settings
+                seam.scope_prefix_cache = stack.settings.scope_prefix_cache
+            state["control"] = RolloutControl(seam, stack.settings.abort_timeout_s)
         return state["control"]
 
     stack = assemble(get_control, lambda: get_control().seam.api_keys(), settings)

@@ -88,6 +88,8 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("outputs", "CompletionOutput.token_ids"),
     _n("outputs", "CompletionOutput.logprobs"),
     _n("outputs", "CompletionOutput.finish_reason"),
+    _n("outputs", "RequestOutput.num_cached_tokens", on_self=True),
+    _n("v1.engine", "EngineCoreRequest.cache_salt"),
     _n("plugins.endpoint_plugins.interface", "EndpointPlugin.attach_router", "app"),
     _n("plugins.endpoint_plugins.interface", "EndpointPlugin.init_state", "engine_client", "state", "args"),
     _n("v1.engine.async_llm", "AsyncLLM.generate", "prompt", "sampling_params", "request_id"),
@@ -301,6 +303,7 @@ class VllmEngine:
             output_logprobs=values,
             finish_reason=_FINISH.get(finish) if finish else None,
             weight_versions=spans,
+            cached_tokens=output.num_cached_tokens,
         )
 
     def _counted_spans(self, request_id: str, n: int) -> list[WeightVersionSpan]:
@@ -332,6 +335,16 @@ class VllmEngine:
         """Drop what the spans shim counted for *request_id* (its generator has ended)."""
         self._span_starts.pop(request_id, None)
         self._span_tokens.pop(request_id, None)
+
+    @staticmethod
+    def cache_salt(request: Any) -> Any:
+        """The prefix-cache salt an ``EngineCoreRequest`` carries (the caller's, or None)."""
+        return request.cache_salt
+
+    @staticmethod
+    def set_cache_salt(request: Any, salt: str) -> None:
+        """Give an ``EngineCoreRequest`` not yet sent to the engine core its prefix-cache salt."""
+        request.cache_salt = salt
 
     @staticmethod
     def internal_request_id(request: Any) -> str:

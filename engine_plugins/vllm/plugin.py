@@ -101,7 +101,7 @@ class VllmEndpointPlugin:
                 "utility, so the vllm.general_plugins entry point 'engine_plugins' did not run in the engine "
                 f"process; check that VLLM_PLUGINS names engine_plugins ({type(exc).__name__}: {exc})"
             ) from exc
-        tracker = Tracker(vllm, await vllm.get_weight_version())
+        tracker = Tracker(vllm, await vllm.get_weight_version(), self._stack.settings.scope_prefix_cache)
         tracker.install()
         control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
         api_servers = engine_names.api_server_count(args)

@@ -18,6 +18,7 @@ import itertools
 from contextvars import ContextVar
 from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
+from ..cache_scope import version_salt
 from ..registry import InFlight, InFlightRegistry
 from .engine_names import VllmEngine
 
@@ -30,9 +31,11 @@ _ADDING: ContextVar[Optional[InFlight]] = ContextVar("engine_plugins_vllm_adding
 class Tracker:
     """The registry of one engine client, fed by its wrapped entry points."""
 
-    def __init__(self, vllm: VllmEngine, weight_version: str = "default") -> None:
+    def __init__(self, vllm: VllmEngine, weight_version: str = "default", scope_prefix_cache: bool = True) -> None:
         self.vllm = vllm
         self.registry = InFlightRegistry()
+        self.scope_prefix_cache = scope_prefix_cache
+        """Salt each request's prefix cache by the version it was admitted under (:mod:`..cache_scope`)."""
         self.weight_version = weight_version
         """The version last set through this engine client, by any route."""
         # Internal ids sent to the engine core, per entry; only ids whose add has been sent.
@@ -91,6 +94,10 @@ class Tracker:
 
     async def _tracked_add(self, original: Callable, request: Any) -> None:
         entry = _ADDING.get()
+        if entry is not None and self.scope_prefix_cache:
+            # The last point before the engine core hashes the prompt's blocks; every route's
+            # requests (and each of an n > 1 request's children) pass here.
+            self.vllm.set_cache_salt(request, version_salt(self.vllm.cache_salt(request), entry.admitted))
         await original(request)
         if entry is None:
             return  # not from generate() (e.g. a pre-aborted KV-transfer notice): not a request

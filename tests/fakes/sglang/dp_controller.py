@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .scheduler import FakeScheduler, TokenizedReq, WeightVersionChange
+from .io_struct import TokenizedGenerateReqInput
+from .scheduler import FakeScheduler, WeightVersionChange
 
 
 class FakeDataParallelController:
@@ -26,7 +27,7 @@ class FakeDataParallelController:
 
     def send(self, msg: Any) -> None:
         """What the TokenizerManager sends to the controller (fire and forget, in order)."""
-        if isinstance(msg, TokenizedReq):
+        if isinstance(msg, TokenizedGenerateReqInput):
             rank = self.round_robin_counter
             self.round_robin_counter = (rank + 1) % len(self.schedulers)
             self.schedulers[rank].inbox.put_nowait(msg)

@@ -17,16 +17,39 @@ class GenerateReqInput:
     sampling_params: dict = field(default_factory=dict)
     return_logprob: bool = False
     stream: bool = False
+    extra_key: Optional[str] = None
+    """325: the radix cache's namespace; requests with different keys share no prefix."""
+    cache_salt: Optional[str] = None
+    """370: a second namespace part, next to ``extra_key`` (radix_cache.py:246)."""
 
     def normalize_batch_and_arguments(self) -> None:
-        """A missing rid becomes a uuid4 hex (io_struct normalisation)."""
+        """A missing rid becomes a uuid4 hex; an empty ``extra_key`` or ``cache_salt`` is None
+        (io_struct normalisation, 850-882)."""
         if isinstance(self.rid, list) or isinstance(self.input_ids and self.input_ids[0], list):
             raise ValueError("the SGLang fake serves single requests only")
         if self.rid is None:
             self.rid = uuid.uuid4().hex
+        for name in ("extra_key", "cache_salt"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{name} should be a list or a string.")
+            setattr(self, name, value or None)
         if self.input_ids is None:
             # The fake "tokenizer": one token per character, inside the tiny vocabulary.
             self.input_ids = [3 + (ord(c) % 200) for c in (self.text or " ")]
+
+
+@dataclass
+class TokenizedGenerateReqInput:
+    """``io_struct.py:1065-1165``: what ``_create_tokenized_object`` builds and the scheduler
+    receives; only the fields the fake serves (SGLang's ``input_ids`` is an ``array``)."""
+
+    rid: str
+    input_ids: list[int]
+    sampling_params: dict
+    stream: bool
+    extra_key: Optional[str] = None  # 1137
+    cache_salt: Optional[str] = None  # 1165
 
 
 @dataclass

@@ -3,18 +3,21 @@ and sends outputs back to the TokenizerManager's handle loop.
 
 Follows ``managers/scheduler.py`` (0.5.23): ``event_loop_normal`` (2026-2055),
 ``abort_request`` (5675-5813), ``pause_generation`` / ``continue_generation`` (5817-5954),
-``record_weight_version_change`` (5636-5656), and ``scheduler_components/output_streamer.py``.
+``record_weight_version_change`` (5636-5656), and ``scheduler_components/output_streamer.py``;
+its prefix cache follows ``mem_cache/radix_cache.py`` (:class:`FakeRadixCache`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import random
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from .io_struct import AbortReq, ContinueGenerationReqInput, PauseGenerationReqInput
+from .io_struct import AbortReq, ContinueGenerationReqInput, PauseGenerationReqInput, TokenizedGenerateReqInput
 
 # SGLANG_FORCE_STREAM_INTERVAL (environ.py:688): a non-stream request sends output every 50 tokens.
 FORCE_STREAM_INTERVAL = 50
@@ -41,16 +44,11 @@ class Req:
     finished_reason: Optional[dict] = None
     version_events: list[tuple[str, int]] = field(default_factory=list)
     rng: random.Random = field(default_factory=random.Random)
-
-
-@dataclass
-class TokenizedReq:
-    """What ``_send_one_request`` dispatches."""
-
-    rid: str
-    input_ids: list[int]
-    sampling: dict
-    stream: bool
+    extra_key: Optional[str] = None
+    cache_salt: Optional[str] = None
+    cached_tokens: Optional[int] = None
+    """Prompt tokens matched in the radix cache; None until the request is first admitted
+    (schedule_batch.py:2965-2974 counts them once, a retracted request keeps its count)."""
 
 
 @dataclass
@@ -71,6 +69,8 @@ class BatchOut:
     finished_reason: Optional[dict]
     completion_tokens: int
     weight_versions: Optional[list[dict]]
+    cached_tokens: int = 0
+    """``BatchTokenIDOutput.cached_tokens``: the TokenizerManager's ``meta_info["cached_tokens"]``."""
 
 
 def compute_spans(events: list[tuple[str, int]], current: str, n: int) -> list[dict]:
@@ -87,6 +87,62 @@ def compute_spans(events: list[tuple[str, int]], current: str, n: int) -> list[d
     return spans
 
 
+def _common_prefix_len(a: tuple, b: tuple) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class FakeRadixCache:
+    """SGLang's radix cache (``mem_cache/radix_cache.py``), page size 1, kept as whole prompts.
+
+    Keys are namespaced by ``(extra_key, cache_salt)`` (``RadixKey.child_key_at``, 226-247):
+    prompts in different namespaces share nothing. ``match_prefix`` (364-412) is the longest
+    common prefix with any prompt of the namespace, ``insert`` adds a prompt. Unlike SGLang the
+    fake inserts the prompt alone (SGLang also caches the output tokens of a finished request)
+    and keeps at most *max_prompts*, evicting the least recently matched or inserted first
+    (``--radix-eviction-policy``'s default, ``lru``: arg_groups/fields/memory.py:25-42).
+    """
+
+    def __init__(self, max_prompts: int = 1000) -> None:
+        self.max_prompts = max_prompts
+        self._lru: OrderedDict[tuple, None] = OrderedDict()  # (namespace, prompt), oldest first
+        # Per namespace its prompts sorted: the longest common prefix with any of them is the one
+        # with a sorted neighbour of the query, so a match costs two comparisons, not one per prompt.
+        self._sorted: dict[tuple, list[tuple]] = {}
+
+    def match_prefix(self, input_ids: list[int], extra_key: Optional[str] = None, cache_salt: Optional[str] = None) -> int:
+        """The number of leading tokens of *input_ids* cached in the namespace."""
+        namespace, key = (extra_key, cache_salt), tuple(input_ids)
+        prompts = self._sorted.get(namespace, [])
+        at = bisect.bisect_left(prompts, key)
+        best, best_len = None, 0
+        for neighbour in prompts[max(at - 1, 0) : at + 1]:
+            n = _common_prefix_len(neighbour, key)
+            if n > best_len:
+                best, best_len = neighbour, n
+        if best is not None:
+            self._lru.move_to_end((namespace, best))  # match_prefix refreshes access times
+        return best_len
+
+    def insert(self, input_ids: list[int], extra_key: Optional[str] = None, cache_salt: Optional[str] = None) -> None:
+        """Cache *input_ids* in the namespace, evicting the least recently used beyond the bound."""
+        entry = ((extra_key, cache_salt), tuple(input_ids))
+        if entry in self._lru:
+            self._lru.move_to_end(entry)
+            return
+        self._lru[entry] = None
+        bisect.insort(self._sorted.setdefault(entry[0], []), entry[1])
+        while len(self._lru) > self.max_prompts:
+            (namespace, prompt), _ = self._lru.popitem(last=False)
+            prompts = self._sorted[namespace]
+            del prompts[bisect.bisect_left(prompts, prompt)]
+            if not prompts:
+                del self._sorted[namespace]
+
+
 class FakeScheduler:
     """Decodes one pseudo-random token per running request every ``step_s`` seconds."""
 
@@ -100,6 +156,7 @@ class FakeScheduler:
         self.running: list[Req] = []
         self.paused = False
         self.weight_version = "default"
+        self.tree_cache = FakeRadixCache()
         # The load snapshot (load_inquirer.py:109-140), written only while the loop runs.
         self.snapshot = (0, 0)
 
@@ -113,6 +170,8 @@ class FakeScheduler:
                 self.handle(self.inbox.get_nowait())
             if self.paused:
                 continue  # scheduler.py:2034-2036: no forward pass, no snapshot update
+            for req in self.waiting_queue:
+                self.match_prefix(req)
             self.running.extend(self.waiting_queue)
             self.waiting_queue.clear()
             self.snapshot = (len(self.running), 0)
@@ -122,11 +181,12 @@ class FakeScheduler:
 
     def handle(self, msg: Any) -> None:
         """Dispatch one message from the TokenizerManager."""
-        if isinstance(msg, TokenizedReq):
-            seed = msg.sampling.get("sampling_seed")
+        if isinstance(msg, TokenizedGenerateReqInput):
+            seed = msg.sampling_params.get("sampling_seed")
             if not self.deterministic or seed is None:
                 seed = zlib.crc32(msg.rid.encode())  # random per request: seeds are ignored
-            self.waiting_queue.append(Req(msg.rid, msg.input_ids, msg.sampling, msg.stream, rng=random.Random(seed)))
+            self.waiting_queue.append(Req(msg.rid, msg.input_ids, msg.sampling_params, msg.stream, rng=random.Random(seed),
+                                          extra_key=msg.extra_key, cache_salt=msg.cache_salt))
         elif isinstance(msg, AbortReq):
             self.abort_request(msg)
         elif isinstance(msg, PauseGenerationReqInput):
@@ -136,6 +196,16 @@ class FakeScheduler:
         elif isinstance(msg, WeightVersionChange):
             self.record_weight_version_change(msg.new_version)
             msg.done.set_result(None)
+
+    def match_prefix(self, req: Req) -> None:
+        """A request entering a prefill batch (``Req.init_next_round_input``, schedule_batch.py:
+        1692-1745): its cached prefix, at most the prompt but one token (``_compute_max_prefix_len``,
+        1766-1785: the last is recomputed for its logits), counted once; then its prompt is cached."""
+        if req.cached_tokens is not None:
+            return
+        matched = self.tree_cache.match_prefix(req.input_ids, req.extra_key, req.cache_salt)
+        req.cached_tokens = max(min(matched, len(req.input_ids) - 1), 0)
+        self.tree_cache.insert(req.input_ids, req.extra_key, req.cache_salt)
 
     def abort_request(self, recv: AbortReq) -> None:
         """Prefix match (5688, 5800): queued requests answer at once, running ones next step."""
@@ -196,4 +266,4 @@ class FakeScheduler:
         new_lps = req.logprobs[req.send_offset :]
         req.send_offset = len(req.output_ids)
         if new_ids or finished:
-            self.send(BatchOut(req.rid, new_ids, new_lps, req.finished_reason, len(req.output_ids), spans))
+            self.send(BatchOut(req.rid, new_ids, new_lps, req.finished_reason, len(req.output_ids), spans, req.cached_tokens or 0))

@@ -11,9 +11,10 @@ import dataclasses
 import types
 from typing import Any, AsyncIterator, Optional
 
-from .io_struct import AbortReq, ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
+from .io_struct import (AbortReq, ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, TokenizedGenerateReqInput,
+                        UpdateWeightVersionReqInput)
 from .dp_controller import FakeDataParallelController
-from .scheduler import BatchOut, FakeScheduler, TokenizedReq, WeightVersionChange
+from .scheduler import BatchOut, FakeScheduler, WeightVersionChange
 
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # constants.py:12
 
@@ -104,7 +105,7 @@ class TokenizerManager:
     # --- the request path ----------------------------------------------------------------
 
     async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[dict]:
-        """895-967: state first, then the pause gate, then tokenize and dispatch."""
+        """895-967: state first, then the pause gate, then tokenize and dispatch (945-949)."""
         self.auto_create_handle_loop()
         obj.normalize_batch_and_arguments()
         self._init_req_state(obj, request)
@@ -112,10 +113,8 @@ class TokenizerManager:
         try:
             async with self.is_pause_cond:  # 938-939
                 await self.is_pause_cond.wait_for(lambda: not self.is_pause)
-            if self.tokenize_s:
-                await asyncio.sleep(self.tokenize_s)  # _tokenize_one_request is awaited
-            self._validate_one_request(obj)
-            await self._send_one_request(obj)
+            tokenized_obj = await self._tokenize_one_request(obj)
+            await self._send_one_request(tokenized_obj)
             async for response in self._wait_one_response(obj, request):
                 yield response
         except BaseException:
@@ -137,11 +136,26 @@ class TokenizerManager:
         if unknown:
             raise ValueError(f"Unexpected keyword argument {sorted(unknown)[0]!r}")
 
-    async def _send_one_request(self, obj: GenerateReqInput) -> None:
+    async def _tokenize_one_request(self, obj: GenerateReqInput) -> TokenizedGenerateReqInput:
+        """1096-1274: tokenize (awaited), validate, then build the tokenized object (1271-1274)."""
+        if self.tokenize_s:
+            await asyncio.sleep(self.tokenize_s)
+        self._validate_one_request(obj)
+        return self._create_tokenized_object(obj, obj.text, obj.input_ids)
+
+    def _create_tokenized_object(self, obj: GenerateReqInput, input_text: Optional[str], input_ids: Optional[list[int]],
+                                 input_embeds: Any = None, mm_inputs: Any = None,
+                                 token_type_ids: Optional[list[int]] = None) -> TokenizedGenerateReqInput:
+        """1533-1640: the object the scheduler receives; ``extra_key`` and ``cache_salt`` copied
+        from the request (1618-1619), so a hook here can rescope its prefix cache."""
+        return TokenizedGenerateReqInput(rid=obj.rid, input_ids=list(input_ids), sampling_params=dict(obj.sampling_params),
+                                         stream=obj.stream, extra_key=obj.extra_key, cache_salt=obj.cache_salt)
+
+    async def _send_one_request(self, tokenized_obj: TokenizedGenerateReqInput) -> None:
         """1769-1800: await the transports, then dispatch and mark dispatched, with no await between."""
         await asyncio.sleep(0)
-        self._dispatch_to_scheduler(TokenizedReq(obj.rid, list(obj.input_ids), dict(obj.sampling_params), obj.stream))
-        self._mark_state_dispatched(obj.rid)
+        self._dispatch_to_scheduler(tokenized_obj)
+        self._mark_state_dispatched(tokenized_obj.rid)
 
     def _mark_state_dispatched(self, rid: str) -> None:
         """1802-1810."""
@@ -195,7 +209,7 @@ class TokenizerManager:
             "prompt_tokens": len(state.obj.input_ids),
             "weight_version": self._weight_version,
             "completion_tokens": out.completion_tokens,
-            "cached_tokens": 0,
+            "cached_tokens": out.cached_tokens,  # 2557
         }
         state.output_ids.extend(out.new_ids)
         if state.obj.return_logprob:

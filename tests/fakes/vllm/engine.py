@@ -19,6 +19,9 @@ It keeps the semantics the plugin depends on, each checked against vLLM 0.32.0's
   abort outputs, then PAUSED_NEW; ``keep`` is PAUSED_ALL. In every mode new requests are queued
   in the scheduler and not scheduled (v1/core/sched/scheduler.py:615-617, 900-917).
 - ``Scheduler.get_request_counts`` is ``(len(running), len(waiting))`` (scheduler.py:2608-2610).
+- Prefix caching (:class:`KVCacheManager`): block hashes chained over full blocks, the request's
+  ``cache_salt`` in the first one's; a request's hit, counted when it is admitted, is reported
+  as ``RequestOutput.num_cached_tokens`` and in the ``prefix_cache_queries`` / ``_hits`` counters.
 
 ``AsyncLLM(pause_rejects_new=True)`` follows vLLM 0.33.0's changed pause instead: in ``abort``
 (and ``wait``) mode the engine core rejects every new request until resume
@@ -42,7 +45,7 @@ import enum
 import random
 import uuid
 import zlib
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, Iterable, Optional
 
@@ -142,6 +145,8 @@ class RequestOutput:
     request_id: str  # the external id (output_processor.py:413)
     outputs: list[CompletionOutput]
     finished: bool
+    num_cached_tokens: int = 0
+    """outputs.py:129-198: prompt tokens served from the prefix cache (output_processor.py:423)."""
 
 
 @dataclass
@@ -150,6 +155,7 @@ class EngineCoreRequest:
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
     external_req_id: Optional[str] = None
+    cache_salt: Optional[str] = None  # v1/engine/__init__.py:122
 
 
 @dataclass
@@ -160,6 +166,8 @@ class EngineCoreOutput:
     finish_reason: Optional[str] = None
     error: Optional[str] = None
     """vLLM 0.33: a request rejected on arrival (the only error the fake models: engine_paused)."""
+    num_cached_tokens: Optional[int] = None
+    """``prefill_stats.num_cached_tokens``: on the request's first output after its prefill."""
 
 
 class RetryableRequestError(RuntimeError):
@@ -211,6 +219,8 @@ class RequestState:
         self.token_ids: list[int] = []
         self.logprobs: list[dict[int, Logprob]] = []
         self.weight_version_starts: list[tuple[str, int]] = []
+        self.num_cached_tokens = 0  # output_processor.py:182
+        self.is_prefilling = True
 
     def track_weight_version(self, version: str) -> None:
         if not self.weight_version_starts or self.weight_version_starts[-1][0] != version:
@@ -236,7 +246,8 @@ class RequestState:
             finish_reason=finish_reason,
             weight_versions=self.spans() if finished else None,
         )
-        return RequestOutput(request_id=self.external_req_id, outputs=[completion], finished=finished)
+        return RequestOutput(request_id=self.external_req_id, outputs=[completion], finished=finished,
+                             num_cached_tokens=self.num_cached_tokens)
 
 
 class OutputProcessor:
@@ -293,6 +304,10 @@ class OutputProcessor:
                 state.queue.put(RetryableRequestError(out.error))
                 self._forget(out.request_id, state)
                 continue
+            if state.is_prefilling:  # output_processor.py:733-743
+                if out.num_cached_tokens is not None:
+                    state.num_cached_tokens = out.num_cached_tokens
+                state.is_prefilling = False
             if out.new_token_ids and weight_version is not None:
                 state.track_weight_version(weight_version)
             state.token_ids.extend(out.new_token_ids)
@@ -309,6 +324,65 @@ class _CoreRequest:
     request: EngineCoreRequest
     rng: random.Random
     num_output: int = 0
+    block_hashes: list[int] = field(default_factory=list)
+    num_cached_tokens: int = 0
+
+
+# The fake's KV block size in tokens (vLLM's CPU backend has 128; any full block behaves alike).
+BLOCK_SIZE = 16
+
+
+def request_block_hashes(request: EngineCoreRequest, block_size: int = BLOCK_SIZE) -> list[int]:
+    """``request_block_hasher`` (v1/core/kv_cache_utils.py:941-1000): one hash per full block of
+    the prompt, each chained to its parent's (``hash_block_tokens``, 695-726), the request's
+    ``cache_salt`` among the first block's extra keys only (647-651), so that a salt changes
+    every block's hash. Python's ``hash`` stands for vLLM's sha256 of the same tuple."""
+    ids, hashes, parent = request.prompt_token_ids, [], None
+    for start in range(0, len(ids) - block_size + 1, block_size):
+        extra_keys = (("cache_salt", request.cache_salt),) if start == 0 and request.cache_salt else None
+        parent = hash((parent, tuple(ids[start : start + block_size]), extra_keys))
+        hashes.append(parent)
+    return hashes
+
+
+class KVCacheManager:
+    """The prefix-caching part of v1/core/kv_cache_manager.py and its block pool: the hashes of
+    cached full blocks, at most *num_blocks*, the least recently used evicted first (the free
+    block queue, kv_cache_utils.py:246-260), and the ``PrefixCacheStats`` counts in tokens."""
+
+    def __init__(self, num_blocks: int = 4096, block_size: int = BLOCK_SIZE) -> None:
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.cached: OrderedDict[int, None] = OrderedDict()
+        self.queries = 0  # metrics/stats.py:138-155: prompt tokens looked up
+        self.hits = 0  # and the tokens of them found cached
+
+    def get_computed_blocks(self, core_request: _CoreRequest) -> int:
+        """kv_cache_manager.py:264-300 and ``find_longest_cache_hit`` (single_type_kv_cache_manager.py:
+        782-790): the cached tokens, the longest run of cached blocks from the start, of at most
+        ``num_tokens - 1`` tokens (the last one is recomputed for its logits)."""
+        max_blocks = (len(core_request.request.prompt_token_ids) - 1) // self.block_size
+        hit = 0
+        for block_hash in core_request.block_hashes[:max_blocks]:
+            if block_hash not in self.cached:
+                break  # chained hashes: every later block misses too
+            self.cached.move_to_end(block_hash)
+            hit += 1
+        return hit * self.block_size
+
+    def record_prefix_cache_stats(self, core_request: _CoreRequest, num_hits: int) -> None:
+        """kv_cache_manager.py:253-262, at admission (scheduler.py:1314-1318)."""
+        self.queries += len(core_request.request.prompt_token_ids)
+        self.hits += num_hits
+
+    def cache_blocks(self, core_request: _CoreRequest) -> None:
+        """``allocate_slots`` caching the computed full blocks (kv_cache_manager.py:616): the
+        request's full blocks, all computed in the fake's one prefill step, become cached."""
+        for block_hash in core_request.block_hashes:
+            self.cached[block_hash] = None
+            self.cached.move_to_end(block_hash)
+        while len(self.cached) > self.num_blocks:
+            self.cached.popitem(last=False)
 
 
 class Scheduler:
@@ -320,6 +394,7 @@ class Scheduler:
         self.waiting: deque[_CoreRequest] = deque()
         self.running: list[_CoreRequest] = []
         self.pause_state = PauseState.UNPAUSED
+        self.kv_cache_manager = KVCacheManager()
 
     def get_request_counts(self) -> tuple[int, int]:
         """scheduler.py:2608-2610."""
@@ -328,7 +403,8 @@ class Scheduler:
     def add(self, request: EngineCoreRequest) -> None:
         seed = request.sampling_params.seed
         rng = random.Random(seed if seed is not None else zlib.crc32(request.request_id.encode()))
-        core_request = _CoreRequest(request, rng)
+        # v1/request.py:225-230: the block hashes are computed when the core builds its Request.
+        core_request = _CoreRequest(request, rng, block_hashes=request_block_hashes(request))
         self.requests[request.request_id] = core_request
         self.waiting.append(core_request)
 
@@ -348,7 +424,13 @@ class Scheduler:
         if self.pause_state == PauseState.PAUSED_ALL:
             return []
         while self.pause_state == PauseState.UNPAUSED and self.waiting and len(self.running) < self.max_num_seqs:
-            self.running.append(self.waiting.popleft())
+            core_request = self.waiting.popleft()
+            # scheduler.py:566, 1256, 1314-1318: look up its cached prefix, allocate (caching its
+            # full blocks), record the lookup.
+            core_request.num_cached_tokens = self.kv_cache_manager.get_computed_blocks(core_request)
+            self.kv_cache_manager.cache_blocks(core_request)
+            self.kv_cache_manager.record_prefix_cache_stats(core_request, core_request.num_cached_tokens)
+            self.running.append(core_request)
         return list(self.running)
 
 
@@ -491,7 +573,10 @@ class EngineCore:
                 finish = "stop"
             elif core_request.num_output >= params.max_tokens:
                 finish = "length"
-            outputs.append(EngineCoreOutput(core_request.request.request_id, [token], [-5.0 * core_request.rng.random()], finish))
+            # The fake prefills and samples the first token in one step: its output has the prefill stats.
+            cached = core_request.num_cached_tokens if core_request.num_output == 1 else None
+            outputs.append(EngineCoreOutput(core_request.request.request_id, [token], [-5.0 * core_request.rng.random()], finish,
+                                            num_cached_tokens=cached))
             if finish:
                 self.scheduler.finish_requests([core_request.request.request_id])
         self._send(outputs)
@@ -551,6 +636,8 @@ class Renderer:
             if len(ids) >= self.max_model_len:
                 raise FakeValidationError(f"The prompt ({len(ids)} tokens) is longer than the maximum model length of {self.max_model_len}.")
             rendered.append({"type": "token", "prompt_token_ids": ids})
+            if cache_salt := prompt.get("cache_salt"):  # renderers/base.py:962-963
+                rendered[-1]["cache_salt"] = cache_salt
         return rendered
 
 
@@ -600,13 +687,15 @@ class AsyncLLM:
     async def add_request(self, request_id: str, prompt: Any, params: SamplingParams) -> RequestOutputCollector:
         """async_llm.py:388-556 for one sequence: process inputs, assign the internal id, add."""
         await asyncio.sleep(0)  # processing inputs yields to the loop
+        cache_salt = prompt.get("cache_salt") if isinstance(prompt, dict) else None  # input_processor.py:548
+        text = prompt.get("prompt") if isinstance(prompt, dict) else prompt  # a TextPrompt, or the text
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
             ids = list(prompt["prompt_token_ids"])
-        elif isinstance(prompt, str):
-            ids = [EOS_TOKEN_ID + 1 + b % 200 for b in prompt.encode()] or [1]
+        elif isinstance(text, str):
+            ids = [EOS_TOKEN_ID + 1 + b % 200 for b in text.encode()] or [1]
         else:
             raise FakeValidationError(f"unsupported prompt {type(prompt).__name__}")
-        request = EngineCoreRequest(request_id=request_id, prompt_token_ids=ids, sampling_params=params)
+        request = EngineCoreRequest(request_id=request_id, prompt_token_ids=ids, sampling_params=params, cache_salt=cache_salt)
         request.external_req_id = request.request_id  # input_processor.py:363
         request.request_id = f"{request.external_req_id}-{uuid.uuid4().hex[:8]}"  # 371
         queue = RequestOutputCollector(request.request_id)

@@ -119,8 +119,11 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        """The scheduler gauges of v1/metrics/loggers.py (only these two are faked)."""
-        running, waiting = llm.engine_core.core.scheduler.get_request_counts()
+        """The scheduler gauges and the prefix-cache counters of v1/metrics/loggers.py (only these
+        are faked); a counter ``vllm:X`` is exposed as ``vllm:X_total`` (loggers.py:661-679)."""
+        scheduler = llm.engine_core.core.scheduler
+        running, waiting = scheduler.get_request_counts()
+        cache = scheduler.kv_cache_manager
         labels = 'engine="0",model_name="fake-vllm"'
         return PlainTextResponse(
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
@@ -129,14 +132,33 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
             "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
             "# TYPE vllm:num_requests_waiting gauge\n"
             f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
+            "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n"
+            "# TYPE vllm:prefix_cache_queries_total counter\n"
+            f"vllm:prefix_cache_queries_total{{{labels}}} {float(cache.queries)}\n"
+            "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n"
+            "# TYPE vllm:prefix_cache_hits_total counter\n"
+            f"vllm:prefix_cache_hits_total{{{labels}}} {float(cache.hits)}\n"
         )
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> JSONResponse:
-        """A minimal /v1/completions: ``prompt`` (text or token ids), ``max_tokens``; non-streaming."""
+        """A minimal /v1/completions: ``prompt`` (text or token ids), ``max_tokens``, ``cache_salt``;
+        non-streaming."""
         body = await request.json()
         prompt = body.get("prompt", "")
         prompt = {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
+        if (salt := body.get("cache_salt")) is not None:
+            # Checked as vLLM checks it (generate/base/protocol.py:39-58, completion/protocol.py:
+            # 423-427), then part of the prompt the engine gets (renderers/online_renderer.py:500).
+            message = None
+            if not isinstance(salt, str) or not salt:
+                message = "Parameter 'cache_salt' must be a non-empty string if provided."
+            elif len(salt) > 128 or any(c in "@/\\\x00" for c in salt):
+                message = "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL."
+            if message is not None:
+                error = {"message": message, "type": "BadRequestError", "param": "cache_salt", "code": 400}
+                return JSONResponse({"error": error}, status_code=400)
+            prompt = {**prompt, "cache_salt": salt} if isinstance(prompt, dict) else {"prompt": prompt, "cache_salt": salt}
         params = fake.SamplingParams(max_tokens=int(body.get("max_tokens", 16)), ignore_eos=bool(body.get("ignore_eos", False)))
         # completion/serving.py:141: cmpl-<X-Request-Id, else the body's request_id, else random>-<prompt index>.
         base = request.headers.get("X-Request-Id") or body.get("request_id") or uuid.uuid4().hex

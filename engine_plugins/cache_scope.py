@@ -1,0 +1,34 @@
+"""Prefix-cache keys scoped by weight version: no request reuses KV computed under other weights.
+
+Both engines key their prefix cache by the prompt's tokens and, optionally, a salt the request
+carries (vLLM's ``cache_salt``, SGLang's ``extra_key``): requests with different salts never
+share a cached block. The engine adapters give every request the salt of the weight-version
+generation it was admitted under (the server's count of bumps, :mod:`engine_plugins.versions`,
+so that a version name used twice does not share), combined with the salt the caller sent, so
+that the caller's salt keeps its meaning. Requests of one version share the cache as before; a
+request admitted after a bump never hits a block computed before it; the old version's blocks
+age out through the engine's own eviction, and no flush is needed.
+
+``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE=0`` turns it off (README, "Prefix cache").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+# vLLM's HTTP layer refuses a cache_salt longer than 128 characters or holding '@', '/', '\' or
+# NUL (docs/engine-notes.md, "vLLM"); a salt of this shape passes every such check, whatever the
+# caller's salt was.
+_DIGEST_CHARS = 32
+
+
+def version_salt(caller_salt: Optional[str], generation: int) -> str:
+    """The prefix-cache salt of a request admitted under weight-version *generation*, whose caller
+    sent *caller_salt* (None or empty: no salt of its own).
+
+    Equal for equal arguments, different when either differs; under 60 characters of
+    ``[a-z0-9-]`` (for fewer than 10**20 bumps).
+    """
+    digest = hashlib.sha256(f"{generation}\x00{caller_salt or ''}".encode()).hexdigest()[:_DIGEST_CHARS]
+    return f"ep-wv{generation}-{digest}"
