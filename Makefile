@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 ENGINE ?= vllm
 PYTEST_ARGS ?=
-# make bench: which figures (1-7, comma-separated; all by default) and rounds per figure (10).
+# make bench: which figures (1-8, comma-separated; all by default) and rounds per figure (10).
 BENCH_FIGURES ?=
 BENCH_ROUNDS ?=
 
