@@ -3,7 +3,7 @@
 Both engines key their prefix cache by the prompt's tokens and, optionally, a salt the request
 carries (vLLM's ``cache_salt``, SGLang's ``extra_key``): requests with different salts never
 share a cached block. The engine adapters give every request the salt of the weight-version
-generation it was admitted under (the server's count of bumps, :mod:`engine_plugins.versions`,
+generation it was admitted under (the server's count of bumps, :mod:`engine_plugins.versions`, and its name,
 so that a version name used twice does not share), combined with the salt the caller sent, so
 that the caller's salt keeps its meaning. Requests of one version share the cache as before; a
 request admitted after a bump never hits a block computed before it; the old version's blocks
@@ -23,12 +23,16 @@ from typing import Optional
 _DIGEST_CHARS = 32
 
 
-def version_salt(caller_salt: Optional[str], generation: int) -> str:
-    """The prefix-cache salt of a request admitted under weight-version *generation*, whose caller
-    sent *caller_salt* (None or empty: no salt of its own).
+def version_salt(caller_salt: Optional[str], generation: int, version: str = "") -> str:
+    """The prefix-cache salt of a request admitted under weight-version *generation* (named
+    *version*), whose caller sent *caller_salt* (None or empty: no salt of its own).
 
-    Equal for equal arguments, different when either differs; under 60 characters of
+    The name is in it too: the API processes of one vLLM server share one cache, and a process
+    that missed a bump (it failed one spread) counts its generations one lower from then on, so
+    that a generation alone could name another version there.
+
+    Equal for equal arguments, different when any differs; under 60 characters of
     ``[a-z0-9-]`` (for fewer than 10**20 bumps).
     """
-    digest = hashlib.sha256(f"{generation}\x00{caller_salt or ''}".encode()).hexdigest()[:_DIGEST_CHARS]
+    digest = hashlib.sha256(f"{generation}\x00{version}\x00{caller_salt or ''}".encode()).hexdigest()[:_DIGEST_CHARS]
     return f"ep-wv{generation}-{digest}"

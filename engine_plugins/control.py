@@ -107,7 +107,7 @@ class RolloutControl:
         self._version_changes: dict[str, list[tuple[int, str]]] = {}
         self.versions = WeightVersions(seam.weight_version())
         """The order of this server's weight versions: generation 0 now, one more per bump."""
-        self.registry.generation = self.versions.current
+        self.registry.admit_under(self.versions.current, self.versions.current_name)
         # Held while a bump is under way, so that the version is not seen as changed twice.
         self._bumping = asyncio.Lock()
         # Held while the pause state changes (the engine call and the record of it together), so
@@ -246,7 +246,7 @@ class RolloutControl:
                 aborted = (await self._abort_all("weight_version", self.abort_timeout_s)).aborted
             previous = self.seam.weight_version()
             await self.seam.set_weight_version(new_version)
-            self.registry.generation = self.versions.bump(new_version)
+            self.registry.admit_under(self.versions.bump(new_version), new_version)
             for rid, changes in self._version_changes.items():
                 changes.append((len(self._latest[rid].output_ids), new_version))
             stale = self._over_staleness_limit()
@@ -269,7 +269,7 @@ class RolloutControl:
             return  # a contract bump is changing it, and counts it itself
         name = self.seam.weight_version()
         if name != self.versions.current_name:
-            self.registry.generation = self.versions.bump(name)
+            self.registry.admit_under(self.versions.bump(name), name)
 
     # --- partial generation ------------------------------------------------------------
 

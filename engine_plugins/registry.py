@@ -34,7 +34,8 @@ class InFlight:
     adapter can abort it again once it reaches the scheduler; ``abort_reason`` is that abort's
     reason (the abort hook's: ``"request"``, ``"stale"``, ``"pause"``, ...).
 
-    ``admitted`` is the weight-version generation in force when the engine accepted it.
+    ``admitted`` is the weight-version generation in force when the engine accepted it, and
+    ``admitted_version`` that version's name.
     ``max_staleness``: abort it once that many bumps have happened since (None: never).
     ``delivery``: the answer of the HTTP request that made it (None outside one), recorded when
     the entry is added.
@@ -45,6 +46,7 @@ class InFlight:
     dispatched: bool = False
     aborted: bool = False
     admitted: int = 0
+    admitted_version: str = ""
     max_staleness: Optional[int] = None
     abort_reason: Optional[str] = None
     delivery: Optional[Delivery] = field(default=None, repr=False, compare=False)
@@ -74,6 +76,8 @@ class InFlightRegistry:
         self._by_generation: dict[int, int] = {}
         self.generation = 0
         """The weight-version generation new entries are admitted under (set by the control)."""
+        self.version = ""
+        """The name of that version (set by the control with the generation)."""
         # Released requests whose answers are still being written (each leaves once written).
         self._answering: set[Delivery] = set()
 
@@ -84,7 +88,8 @@ class InFlightRegistry:
         """Record a request the engine has just accepted; an existing entry for *rid* is kept."""
         entry = self._by_rid.get(rid)
         if entry is None:
-            entry = InFlight(rid=rid, request_id=request_id or rid, dispatched=dispatched, admitted=self.generation)
+            entry = InFlight(rid=rid, request_id=request_id or rid, dispatched=dispatched, admitted=self.generation,
+                             admitted_version=self.version)
             # Read here, in the task of the HTTP request that made it: every engine adds a
             # request there (SGLang when it creates the request's state, vLLM in generate()).
             entry.delivery = delivery.current()
@@ -96,6 +101,10 @@ class InFlightRegistry:
             self._by_generation[entry.admitted] = self._by_generation.get(entry.admitted, 0) + 1
             entry._registry = self
         return entry
+
+    def admit_under(self, generation: int, version: str) -> None:
+        """Admit new entries under weight-version *generation*, named *version*."""
+        self.generation, self.version = generation, version
 
     def get(self, rid: str) -> Optional[InFlight]:
         """The entry for engine id *rid*, if it is in flight."""

@@ -120,8 +120,9 @@ class Tracker:
         if not self.scope_prefix_cache:
             return None
         entry = self.registry.get(rid)
-        # Every request has an entry by now (its state is made first); the generation in force otherwise.
-        return version_salt(extra_key, entry.admitted if entry is not None else self.registry.generation)
+        if entry is None:  # every request has one by now (its state is made first); else the version in force
+            return version_salt(extra_key, self.registry.generation, self.registry.version)
+        return version_salt(extra_key, entry.admitted, entry.admitted_version)
 
     def dispatched(self, rid: str) -> None:
         """*rid* reached the scheduler; an abort that came while it was held follows it there."""

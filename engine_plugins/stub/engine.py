@@ -133,7 +133,7 @@ class StubEngine:
                 yield Generation(finish_reason="abort", cached_tokens=0)
                 return
             entry.dispatched = True
-            salt = version_salt(None, entry.admitted) if self.scope_prefix_cache is not False else None
+            salt = version_salt(None, entry.admitted, entry.admitted_version) if self.scope_prefix_cache is not False else None
             cached_tokens = self.prefix_cache.admit(input_ids, salt)
             async for generation in self._decode(entry, params, cached_tokens):
                 yield generation

@@ -97,7 +97,7 @@ class Tracker:
         if entry is not None and self.scope_prefix_cache:
             # The last point before the engine core hashes the prompt's blocks; every route's
             # requests (and each of an n > 1 request's children) pass here.
-            self.vllm.set_cache_salt(request, version_salt(self.vllm.cache_salt(request), entry.admitted))
+            self.vllm.set_cache_salt(request, version_salt(self.vllm.cache_salt(request), entry.admitted, entry.admitted_version))
         await original(request)
         if entry is None:
             return  # not from generate() (e.g. a pre-aborted KV-transfer notice): not a request

@@ -19,6 +19,8 @@ def test_requests_of_one_version_and_one_caller_salt_share_a_salt():
 def test_another_version_or_another_caller_salt_is_another_salt():
     salts = {version_salt(caller, generation) for caller in (None, "a", "b") for generation in (0, 1, 2)}
     assert len(salts) == 9
+    # One generation on two API processes, one of which missed a bump: two versions, two salts.
+    assert version_salt(None, 4, "step-4") != version_salt(None, 4, "step-5")
 
 
 @given(st.one_of(st.none(), st.text(max_size=300)), st.integers(min_value=0, max_value=10**20 - 1))
