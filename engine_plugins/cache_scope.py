@@ -3,9 +3,9 @@
 Both engines key their prefix cache by the prompt's tokens and, optionally, a salt the request
 carries (vLLM's ``cache_salt``, SGLang's ``extra_key``): requests with different salts never
 share a cached block. The engine adapters give every request the salt of the weight-version
-generation it was admitted under (the server's count of bumps, :mod:`engine_plugins.versions`, and its name,
-so that a version name used twice does not share), combined with the salt the caller sent, so
-that the caller's salt keeps its meaning. Requests of one version share the cache as before; a
+generation it was admitted under (the server's count of bumps, :mod:`engine_plugins.versions`,
+so that a version name used twice does not share) and of its name, combined with the salt the
+caller sent, so that the caller's salt keeps its meaning. Requests of one version share the cache as before; a
 request admitted after a bump never hits a block computed before it; the old version's blocks
 age out through the engine's own eviction, and no flush is needed.
 
