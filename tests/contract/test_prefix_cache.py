@@ -40,9 +40,9 @@ def engine_of(target) -> Optional[str]:
     return next((e for e in ("sglang", "vllm") if target.name.startswith(e)), None)
 
 
-async def contract_cached(api: Api, prompt: list[int], salt: Optional[str] = None) -> int:
-    """The engine's cached-token count of one ``/partial_generate`` of *prompt*."""
-    assert salt is None, "the contract's route takes no salt of the caller's"
+async def contract_cached(api: Api, prompt: list[int]) -> int:
+    """The engine's cached-token count of one ``/partial_generate`` of *prompt* (the contract's
+    route takes no salt of the caller's)."""
     body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 1}}
     answer = await api.ok("POST", "/partial_generate", body)
     assert answer["cached_tokens"] is not None, answer
