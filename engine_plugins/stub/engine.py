@@ -74,10 +74,8 @@ class StubEngine:
     release (a slow engine, for abort-with-wait time-outs). ``api_key``: the engine's own key.
     ``vocab_size``, ``context_length``: the "model's" limits (a long context by default: the stub
     has no model, and tests run requests that never end on their own). ``scope_prefix_cache``:
-    whether each request's prefix cache is scoped by the weight-version generation it was
-    admitted under; None until the server sets it from its settings
-    (``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE``, :func:`~engine_plugins.stub.server.create_app`), and
-    on while it is None.
+    whether each request's prefix cache is scoped by the weight version it was admitted under
+    (``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE`` for a served stub).
     """
 
     engine = "stub"
@@ -90,7 +88,7 @@ class StubEngine:
         vocab_size: int = 512,
         api_key: Optional[str] = None,
         context_length: int = 1_000_000,
-        scope_prefix_cache: Optional[bool] = None,
+        scope_prefix_cache: bool = True,
     ) -> None:
         self.registry = InFlightRegistry()
         self.step_s = step_s
@@ -133,7 +131,7 @@ class StubEngine:
                 yield Generation(finish_reason="abort", cached_tokens=0)
                 return
             entry.dispatched = True
-            salt = version_salt(None, entry.admitted, entry.admitted_version) if self.scope_prefix_cache is not False else None
+            salt = version_salt(None, entry.admitted, entry.admitted_version) if self.scope_prefix_cache else None
             cached_tokens = self.prefix_cache.admit(input_ids, salt)
             async for generation in self._decode(entry, params, cached_tokens):
                 yield generation

@@ -8,7 +8,7 @@ from typing import Optional
 from fastapi import FastAPI, Response
 
 from ..assembly import assemble
-from ..config import Settings
+from ..config import Settings, load_settings
 from ..control import RolloutControl
 from .engine import StubEngine
 
@@ -16,8 +16,7 @@ from .engine import StubEngine
 def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings] = None) -> FastAPI:
     """A FastAPI app serving the contract on *engine* (a default :class:`StubEngine`).
 
-    The engine is built lazily on the server's event loop, as the real engines build theirs;
-    one whose ``scope_prefix_cache`` is None takes the settings' (``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE``).
+    The engine is built lazily on the server's event loop, as the real engines build theirs.
     The plugin stack is ``app.state.plugin_stack``; ``/metrics`` serves prometheus_client's
     default registry when prometheus_client is installed.
     """
@@ -26,9 +25,7 @@ def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings]
 
     def get_control() -> Optional[RolloutControl]:
         if "control" not in state:
-            seam = engine or StubEngine()
-            if seam.scope_prefix_cache is None:  # an engine told nothing follows the settings
-                seam.scope_prefix_cache = stack.settings.scope_prefix_cache
+            seam = engine or StubEngine(scope_prefix_cache=stack.settings.scope_prefix_cache)
             state["control"] = RolloutControl(seam, stack.settings.abort_timeout_s)
         return state["control"]
 
@@ -80,6 +77,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--api-key", default=None, help="the engine's own API key")
     parser.add_argument("--context-length", type=int, default=1_000_000, help="the model's context length in tokens")
     args = parser.parse_args(argv)
+    settings = load_settings()
     engine = StubEngine(step_s=args.step_s, tokenize_s=args.tokenize_s, release_delay_s=args.release_delay_s,
-                        api_key=args.api_key, context_length=args.context_length)
-    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")
+                        api_key=args.api_key, context_length=args.context_length,
+                        scope_prefix_cache=settings.scope_prefix_cache)
+    uvicorn.run(create_app(engine, settings), host=args.host, port=args.port, log_level="warning")

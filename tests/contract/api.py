@@ -108,6 +108,11 @@ class Api:
         return await self.wait_for(f"{n} requests {'running' if running else 'in flight'}", arrived)
 
 
+def engine_of(target: Target) -> Optional[str]:
+    """``sglang`` or ``vllm`` for an engine's target (real or fake), None for the stub."""
+    return next((e for e in ("sglang", "vllm") if target.name.startswith(e)), None)
+
+
 def total_reqs(loads: dict) -> int:
     """What RL frameworks read to decide idleness: the sum of num_total_reqs over ranks."""
     return sum(rank.num_total_reqs for rank in LoadsResult.model_validate(loads).loads)

@@ -30,7 +30,7 @@ import pytest
 from engine_plugins.schema import LoadsResult
 from targets import TARGETS
 
-from .api import Api, DEADLINE_S
+from .api import Api, DEADLINE_S, engine_of
 
 pytestmark = pytest.mark.anyio
 
@@ -140,11 +140,6 @@ def _arrival(ancillary: list) -> Optional[float]:
             seconds, nanoseconds = struct.unpack("qq", data[:16])
             return seconds + nanoseconds / 1e9
     return None
-
-
-def engine_of(target) -> Optional[str]:
-    """``sglang`` or ``vllm`` for an engine's target (real or fake), None for the stub."""
-    return next((e for e in ("sglang", "vllm") if target.name.startswith(e)), None)
 
 
 async def generation_call(api: Api, route: str, engine: Optional[str], i: int) -> RawCall:

@@ -18,7 +18,7 @@ from targets import TARGETS, stub_server
 from targets_sglang import sglang_fake_server
 from targets_vllm import fake_vllm_server
 
-from .api import Api
+from .api import Api, engine_of
 from .metrics import scrape, total
 
 pytestmark = pytest.mark.anyio
@@ -33,11 +33,6 @@ def fresh_prompt() -> list[int]:
     tiny model's vocabulary)."""
     rng = random.Random(uuid.uuid4().int)
     return [rng.randrange(5, 250) for _ in range(PROMPT_TOKENS)]
-
-
-def engine_of(target) -> Optional[str]:
-    """``sglang`` or ``vllm`` for an engine's target (real or fake), None for the stub."""
-    return next((e for e in ("sglang", "vllm") if target.name.startswith(e)), None)
 
 
 async def contract_cached(api: Api, prompt: list[int]) -> int:

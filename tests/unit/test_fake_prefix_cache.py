@@ -207,9 +207,9 @@ async def _stub_cached(engine: StubEngine, rid: str) -> set:
     return {g.cached_tokens async for g in engine.generate(rid, list(PROMPT), params)}
 
 
-@pytest.mark.parametrize("scope", [None, True])
+@pytest.mark.parametrize("scope", [{}, {"scope_prefix_cache": True}], ids=["default", "on"])
 async def test_stub_scopes_its_cache_by_the_generation_admitted_under(scope) -> None:
-    engine = StubEngine(step_s=0.001, scope_prefix_cache=scope)
+    engine = StubEngine(step_s=0.001, **scope)
     assert await _stub_cached(engine, "a") == {0}
     assert await _stub_cached(engine, "b") == {32}
     engine.registry.generation += 1  # a bump
@@ -226,12 +226,12 @@ async def test_stub_shares_across_generations_when_scoping_is_off() -> None:
 
 
 def test_stub_server_takes_scoping_from_its_settings() -> None:
-    """``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE`` reaches an engine told nothing; a flag given wins."""
+    """``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE`` reaches the engine a stub app builds itself; a stub
+    engine made without the flag scopes (the served stub, :func:`~engine_plugins.stub.server.main`,
+    passes the setting: ``tests/contract/test_prefix_cache.py`` serves one with it off)."""
     from engine_plugins.config import load_settings
     from engine_plugins.stub.server import create_app
 
-    told, untold = StubEngine(scope_prefix_cache=True), StubEngine()
-    for engine in (told, untold):
-        app = create_app(engine, load_settings({"ENGINE_PLUGINS_SCOPE_PREFIX_CACHE": "0", "ENGINE_PLUGINS_PLUGINS": ""}))
-        app.state.plugin_stack.hooks._get_control()  # the control is built on first use
-    assert told.scope_prefix_cache is True and untold.scope_prefix_cache is False
+    app = create_app(None, load_settings({"ENGINE_PLUGINS_SCOPE_PREFIX_CACHE": "0", "ENGINE_PLUGINS_PLUGINS": ""}))
+    built = app.state.plugin_stack.hooks._get_control().seam  # the control is built on first use
+    assert built.scope_prefix_cache is False and StubEngine().scope_prefix_cache is True
