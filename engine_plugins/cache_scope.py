@@ -23,9 +23,11 @@ from typing import Optional
 _DIGEST_CHARS = 32
 
 
-def version_salt(caller_salt: Optional[str], generation: int, version: str = "") -> str:
+def version_salt(caller_salt: Optional[str], generation: int, version: str = "", weight_loads: int = 0) -> str:
     """The prefix-cache salt of a request admitted under weight-version *generation* (named
-    *version*), whose caller sent *caller_salt* (None or empty: no salt of its own).
+    *version*) after *weight_loads* weight loads, whose caller sent *caller_salt* (None or
+    empty: no salt of its own). A load that names no version (an engine's own update route)
+    scopes the cache anew as a bump does.
 
     The name is in it too: the API processes of one vLLM server share one cache, and a process
     that missed a bump (it failed one spread) counts its generations one lower from then on, so
@@ -34,5 +36,6 @@ def version_salt(caller_salt: Optional[str], generation: int, version: str = "")
     Equal for equal arguments, different when any differs; under 60 characters of
     ``[a-z0-9-]`` (for fewer than 10**20 bumps).
     """
-    digest = hashlib.sha256(f"{generation}\x00{version}\x00{caller_salt or ''}".encode()).hexdigest()[:_DIGEST_CHARS]
+    key = f"{generation}\x00{version}\x00{caller_salt or ''}" + (f"\x00{weight_loads}" if weight_loads else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:_DIGEST_CHARS]
     return f"ep-wv{generation}-{digest}"

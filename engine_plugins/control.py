@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
 import uuid
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from .schema import (
     RankLoad,
     SamplingParams,
     UpdateWeightVersionResult,
+    WeightSwap,
     WeightVersionSpan,
 )
 from .seam import EngineSeam, Generation
@@ -120,6 +122,9 @@ class RolloutControl:
         # The contract's abort pause refuses new partial generations at once; SGLang's own
         # abort-mode pause holds them at its gate instead, as SGLang does.
         self._refusing = False
+        self.weight_swap: Optional[WeightSwap] = None
+        """The open weight swap (:mod:`engine_plugins.weight_swap`), set with the pause that
+        begins it and cleared by the resume that ends it."""
 
     # --- abort -------------------------------------------------------------------------
 
@@ -224,6 +229,7 @@ class RolloutControl:
             weight_version=self.seam.weight_version(),
             engine=self.seam.engine,
             in_flight_by_version=counts.by_version,
+            weight_swap=self.open_weight_swap(),
         )
 
     # --- weight version ----------------------------------------------------------------
@@ -335,17 +341,20 @@ class RolloutControl:
 
     # --- pause -------------------------------------------------------------------------
 
-    async def pause(self, mode: str, timeout_s: Optional[float] = None, clear_cache: Optional[bool] = None) -> PauseState:
+    async def pause(self, mode: str, timeout_s: Optional[float] = None, clear_cache: Optional[bool] = None,
+                    weight_swap: Optional[WeightSwap] = None) -> PauseState:
         """Pause in ``abort``, ``keep`` or ``wait`` mode; see the hookspec.
 
         ``wait`` is a drain: the seam stops admitting new requests (they wait until resume, and
         are counted) and names the requests already admitted; the call returns once those are
         released, or after *timeout_s*, or when a resume ends the pause first. *clear_cache* is
-        passed to the engine (vLLM's).
+        passed to the engine (vLLM's). *weight_swap*: the swap this pause begins, recorded with it.
         """
         timeout = self.abort_timeout_s if timeout_s is None else timeout_s
         async with self._pause_state:
             self.pause_mode, self._refusing = mode, mode == "abort"
+            if weight_swap is not None:
+                self.weight_swap = weight_swap
             if mode == "wait":
                 self._draining = drain = asyncio.ensure_future(self._drain(timeout, clear_cache))
             else:
@@ -399,7 +408,7 @@ class RolloutControl:
                 with contextlib.suppress(asyncio.CancelledError):
                     await drain
             await self.seam.resume()
-            self.pause_mode, self._refusing = None, False
+            self.pause_mode, self._refusing, self.weight_swap = None, False, None
         return self.is_paused()
 
     def is_paused(self) -> PauseState:
@@ -410,7 +419,14 @@ class RolloutControl:
         if mode is None:
             engine = self.seam.engine_pause()
             mode = engine.mode if engine is not None and engine.paused else None
-        return PauseState(is_paused=mode is not None, mode=mode)
+        return PauseState(is_paused=mode is not None, mode=mode, weight_swap=self.open_weight_swap())
+
+    def open_weight_swap(self) -> Optional[WeightSwap]:
+        """The open weight swap, ``expired`` once its lease has run out; None when there is none."""
+        swap = self.weight_swap
+        if swap is None:
+            return None
+        return swap.model_copy(update={"expired": time.time() > swap.lease_expires_at})
 
     def _notice_engine_pause(self) -> None:
         """Forget a pause that the engine says has ended (resumed through its own route), unless

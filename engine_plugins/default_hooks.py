@@ -7,6 +7,7 @@ control's coroutine; the dispatcher awaits it.
 
 from __future__ import annotations
 
+from . import weight_swap
 from .hookspecs import hookimpl
 
 NAME = "engine"
@@ -52,3 +53,15 @@ def resume(control):
 def is_paused(control):
     """Pause state from the engine's control (see the hookspec)."""
     return control.is_paused()
+
+
+@hookimpl(trylast=True)
+def begin_weight_swap(control, version, mode, clear_cache, lease_s, timeout_s):
+    """A weight swap's begin through the engine's control (see the hookspec)."""
+    return weight_swap.begin_weight_swap(control, version, mode, clear_cache, lease_s, timeout_s)
+
+
+@hookimpl(trylast=True)
+def commit_weight_swap(control, swap_id, version):
+    """A weight swap's commit through the engine's control (see the hookspec)."""
+    return weight_swap.commit_weight_swap(control, swap_id, version)

@@ -107,8 +107,9 @@ def pause(control, mode: str, timeout_s: float, clear_cache: Optional[bool], htt
     ``"pause"``), and new ones return cancelled at once until resume. ``"keep"``: in-flight
     requests freeze and continue after resume; new ones wait. ``"wait"``: a drain: new requests
     wait, in-flight ones finish (the call returns once they have, or after ``timeout_s``).
-    Pausing again changes the mode. ``clear_cache``: vLLM's flag (None: the engine's default).
-    Returns :class:`engine_plugins.schema.PauseState`.
+    Pausing again changes the mode. ``clear_cache``: vLLM's flag, with vLLM's meaning on every
+    engine (None: true); in ``keep`` mode true drops the frozen requests' KV and recomputes them
+    on resume, false keeps it (:class:`engine_plugins.schema.PauseRequest`). Returns :class:`engine_plugins.schema.PauseState`.
     """
 
 
@@ -125,4 +126,29 @@ def is_paused(control, http_request):
     """Report the pause state; called by ``GET /is_paused``.
 
     Returns :class:`engine_plugins.schema.PauseState`.
+    """
+
+
+@hookspec(firstresult=True)
+def begin_weight_swap(control, version: str, mode: str, clear_cache: Optional[bool], lease_s: float, timeout_s: float, http_request):
+    """Begin a weight swap to ``version``; called by ``POST /weight_swap/begin``.
+
+    Pauses as the ``pause`` hook's ``mode`` and ``clear_cache`` say (waiting up to ``timeout_s``
+    in ``abort`` and ``wait`` mode) and records the swap, which holds the pause until its commit;
+    after ``lease_s`` seconds without one it is reported expired (the server stays paused). A
+    swap already open and not expired raises ``ContractError(409)``. The trainer then loads the
+    weights with the engine's own update calls. Returns
+    :class:`engine_plugins.schema.WeightSwapResult` (``state: "open"``).
+    """
+
+
+@hookspec(firstresult=True)
+def commit_weight_swap(control, swap_id: Optional[str], version: Optional[str], http_request):
+    """Commit the open weight swap named by ``swap_id`` or by its ``version``; called by ``POST
+    /weight_swap/commit``.
+
+    Bumps to the swap's version (aborting nothing) and resumes, the resume also when the bump
+    failed; an error names the step that failed. No open swap of that name raises
+    ``ContractError(404)``. Returns :class:`engine_plugins.schema.WeightSwapResult`
+    (``state: "committed"``).
     """

@@ -30,6 +30,8 @@ from .schema import (
     PartialGenerateRequest,
     PauseRequest,
     UpdateWeightVersionRequest,
+    WeightSwapBeginRequest,
+    WeightSwapCommitRequest,
     error_body,
 )
 
@@ -263,6 +265,19 @@ async def _is_paused(ctx: RouteContext, request: Request) -> Any:
     return answer_json(await ctx.hooks.call("is_paused", request))
 
 
+async def _begin_weight_swap(ctx: RouteContext, request: Request) -> Any:
+    body = await parse_body(request, WeightSwapBeginRequest, ctx.settings.max_body_bytes)
+    return answer_json(await ctx.hooks.call(
+        "begin_weight_swap", request, version=body.version, mode=body.mode, clear_cache=body.clear_cache,
+        lease_s=body.lease_s, timeout_s=ctx.settings.abort_timeout_s,
+    ))
+
+
+async def _commit_weight_swap(ctx: RouteContext, request: Request) -> Any:
+    body = await parse_body(request, WeightSwapCommitRequest, ctx.settings.max_body_bytes)
+    return answer_json(await ctx.hooks.call("commit_weight_swap", request, swap_id=body.swap_id, version=body.version))
+
+
 CONTRACT_ROUTES: tuple[ContractRoute, ...] = (
     ContractRoute("/abort_requests", "POST", _abort),
     ContractRoute("/v1/loads", "GET", _loads),
@@ -271,6 +286,8 @@ CONTRACT_ROUTES: tuple[ContractRoute, ...] = (
     ContractRoute("/pause", "POST", _pause),
     ContractRoute("/resume", "POST", _resume),
     ContractRoute("/is_paused", "GET", _is_paused),
+    ContractRoute("/weight_swap/begin", "POST", _begin_weight_swap),
+    ContractRoute("/weight_swap/commit", "POST", _commit_weight_swap),
 )
 
 

@@ -35,7 +35,8 @@ class InFlight:
     reason (the abort hook's: ``"request"``, ``"stale"``, ``"pause"``, ...).
 
     ``admitted`` is the weight-version generation in force when the engine accepted it, and
-    ``admitted_version`` that version's name.
+    ``admitted_version`` that version's name; ``admitted_loads`` the count of weight loads by then
+    (an engine's update that names no version still changes the weights).
     ``max_staleness``: abort it once that many bumps have happened since (None: never).
     ``delivery``: the answer of the HTTP request that made it (None outside one), recorded when
     the entry is added.
@@ -47,6 +48,7 @@ class InFlight:
     aborted: bool = False
     admitted: int = 0
     admitted_version: str = ""
+    admitted_loads: int = 0
     max_staleness: Optional[int] = None
     abort_reason: Optional[str] = None
     delivery: Optional[Delivery] = field(default=None, repr=False, compare=False)
@@ -78,6 +80,8 @@ class InFlightRegistry:
         """The weight-version generation new entries are admitted under (set by the control)."""
         self.version = ""
         """The name of that version (set by the control with the generation)."""
+        self.weight_loads = 0
+        """Weight loads so far (:meth:`weights_loaded`): with the generation, the prefix-cache scope."""
         # Released requests whose answers are still being written (each leaves once written).
         self._answering: set[Delivery] = set()
 
@@ -89,7 +93,7 @@ class InFlightRegistry:
         entry = self._by_rid.get(rid)
         if entry is None:
             entry = InFlight(rid=rid, request_id=request_id or rid, dispatched=dispatched, admitted=self.generation,
-                             admitted_version=self.version)
+                             admitted_version=self.version, admitted_loads=self.weight_loads)
             # Read here, in the task of the HTTP request that made it: every engine adds a
             # request there (SGLang when it creates the request's state, vLLM in generate()).
             entry.delivery = delivery.current()
@@ -105,6 +109,11 @@ class InFlightRegistry:
     def admit_under(self, generation: int, version: str) -> None:
         """Admit new entries under weight-version *generation*, named *version*."""
         self.generation, self.version = generation, version
+
+    def weights_loaded(self) -> None:
+        """New weights are in the engine: entries added from now on share no prefix cache with
+        the earlier ones, even when no version bump names the weights."""
+        self.weight_loads += 1
 
     def get(self, rid: str) -> Optional[InFlight]:
         """The entry for engine id *rid*, if it is in flight."""

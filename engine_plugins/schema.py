@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_serializer, model_validator
 
 from .errors import shown
 
@@ -30,6 +30,18 @@ class _Request(BaseModel):
 
 class _Response(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+class _SaysSwapWhenOpen(_Response):
+    """An answer that carries ``weight_swap`` only while a swap is open, so that it is
+    unchanged for the clients of a server where none is."""
+
+    @model_serializer(mode="wrap")
+    def _without_closed_swap(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("weight_swap", ...) is None:
+            del data["weight_swap"]
+        return data
 
 
 INT32_MAX = 2**31 - 1
@@ -119,7 +131,7 @@ class LoadsAggregate(_Response):
     total_reqs: int
 
 
-class LoadsResult(_Response):
+class LoadsResult(_SaysSwapWhenOpen):
     """``GET /v1/loads``: per-rank figures, their sums, and the plugin's own view.
 
     ``timestamp`` (ISO 8601, UTC) and ``version`` (the engine's) are SGLang's own top-level
@@ -138,6 +150,8 @@ class LoadsResult(_Response):
     in_flight_by_version: dict[str, int] = Field(default_factory=dict)
     """In-flight requests by the version they were admitted under, oldest first (a name bumped
     to more than once counts all its generations)."""
+    weight_swap: Optional["WeightSwap"] = None
+    """The open weight swap, if one holds the server paused."""
 
 
 # --- weight version ------------------------------------------------------------------------
@@ -255,19 +269,86 @@ class PauseRequest(_Request):
     """``POST /pause``: ``abort`` returns in-flight work now; ``keep`` freezes it until resume;
     ``wait`` admits nothing new and lets in-flight work finish (a drain), then is paused.
 
-    ``clear_cache`` is vLLM's: whether to clear its caches once paused (vLLM's default: true;
-    ignored in ``keep`` mode). Other engines accept it and keep their caches.
+    ``clear_cache`` is vLLM's, with vLLM's meaning on every engine (None: true). In ``keep``
+    mode it says what happens to the frozen requests' KV: true drops it (and the prefix cache)
+    and recomputes the requests on resume, under the weights loaded by then (SGLang's
+    ``retract``); false keeps it, and they go on from it (SGLang's ``in_place``). In ``abort``
+    and ``wait`` mode it clears vLLM's caches once paused; other engines keep theirs.
     """
 
     mode: PauseMode = "abort"
     clear_cache: Optional[bool] = None
 
 
-class PauseState(_Response):
-    """``GET /is_paused``, and the answer of ``/pause`` and ``/resume``."""
+class WeightSwap(_Response):
+    """An open weight swap (:mod:`engine_plugins.weight_swap`): begun, not yet committed.
+
+    ``lease_expires_at`` is a Unix time; once it has passed, ``expired`` is true: the trainer
+    that began the swap did not commit it in time, the weights may be half-loaded, and the
+    server stays paused until a commit (or a resume) ends the swap.
+    """
+
+    swap_id: str
+    version: str
+    """The version the commit bumps to."""
+    previous_version: str
+    mode: PauseMode
+    began_at: float
+    lease_expires_at: float
+    expired: bool = False
+
+
+class PauseState(_SaysSwapWhenOpen):
+    """``GET /is_paused``, and the answer of ``/pause`` and ``/resume``; ``weight_swap`` is the
+    open weight swap that holds the pause, if one does."""
 
     is_paused: bool
     mode: Optional[PauseMode] = None
+    weight_swap: Optional[WeightSwap] = None
+
+
+# --- weight swap ---------------------------------------------------------------------------
+
+
+DEFAULT_LEASE_S = 600.0
+"""How long a begun weight swap may stay open before the server says it expired."""
+
+
+class WeightSwapBeginRequest(_Request):
+    """``POST /weight_swap/begin``: pause as ``/pause`` does (``mode``, ``clear_cache``) for a
+    weight swap to ``version``, which the commit applies; ``lease_s``: how long the trainer
+    may take to load the weights and commit."""
+
+    version: Name
+    mode: PauseMode = "keep"
+    clear_cache: Optional[bool] = None
+    lease_s: float = Field(default=DEFAULT_LEASE_S, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+
+
+class WeightSwapCommitRequest(_Request):
+    """``POST /weight_swap/commit``: the swap named by ``swap_id``, or the open swap to
+    ``version`` (a fleet's trainer knows the version, not each server's id); one of the two."""
+
+    swap_id: Optional[Name] = None
+    version: Optional[Name] = None
+
+    @model_validator(mode="after")
+    def _one_name(self) -> "WeightSwapCommitRequest":
+        if (self.swap_id is None) == (self.version is None):
+            raise ValueError("give swap_id or version (one of them)")
+        return self
+
+
+class WeightSwapResult(_Response):
+    """What a weight swap's begin or commit did: ``state`` ``"open"`` (paused, waiting for the
+    trainer's weights) or ``"committed"`` (the version applied, generation resumed)."""
+
+    swap_id: str
+    version: str
+    previous_version: str
+    state: Literal["open", "committed"]
+    is_paused: bool
+    lease_expires_at: Optional[float] = None
 
 
 class ErrorBody(BaseModel):
@@ -280,3 +361,6 @@ class ErrorBody(BaseModel):
 def error_body(message: str, type_: str) -> dict[str, Any]:
     """The JSON of an error answer: ``{"error": {"message", "type"}}``."""
     return {"error": ErrorBody(message=message, type=type_).model_dump()}
+
+
+LoadsResult.model_rebuild()  # its weight_swap is defined after it

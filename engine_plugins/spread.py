@@ -35,7 +35,9 @@ from typing import Any, Awaitable, Iterable, Iterator, Optional
 from .control import InFlightCounts, RolloutControl
 from .errors import ContractError
 from .peers import PeerError, Peers
-from .schema import AbortResult, LoadsResult, PartialGenerateResult, PauseState, SamplingParams, UpdateWeightVersionResult
+from .schema import (
+    AbortResult, LoadsResult, PartialGenerateResult, PauseState, SamplingParams, UpdateWeightVersionResult, WeightSwap,
+)
 
 # Set while an operation runs for this process alone (on a peer's behalf, or this process's own
 # share of a call it passes on).
@@ -195,24 +197,31 @@ class ServerControl:
             raise ContractError(409, f"request_id {request_id!r} is already in flight", "conflict")
         return await generation
 
-    async def pause(self, mode: str, timeout_s: Optional[float] = None, clear_cache: Optional[bool] = None) -> PauseState:
-        """Pause every process at once (each aborts, holds or drains its own requests); where
-        one fails, the pause is undone on the others (see :meth:`_failed_pause`). Made by the
-        owner of the pause state, whichever process the call reached."""
+    async def pause(self, mode: str, timeout_s: Optional[float] = None, clear_cache: Optional[bool] = None,
+                    weight_swap: Optional[WeightSwap] = None) -> PauseState:
+        """Pause every process at once (each aborts, holds or drains its own requests, and
+        records *weight_swap* when one is given); where one fails, the pause is undone on the
+        others (see :meth:`_failed_pause`). Made by the owner of the pause state, whichever
+        process the call reached."""
         if _local_only.get():
-            return await self.local.pause(mode, timeout_s, clear_cache)
+            return await self.local.pause(mode, timeout_s, clear_cache, weight_swap)
         timeout = self.local.abort_timeout_s if timeout_s is None else timeout_s
+        swap = weight_swap.model_dump() if weight_swap is not None else None
         if not self._owns_pause_state():
-            answer = await self._at_owner("server_pause", timeout + 2 * QUICK_S, mode=mode, timeout_s=timeout, clear_cache=clear_cache)
-            return PauseState.model_validate(answer) if answer is not None else await self._spread_pause(mode, timeout, clear_cache)
+            answer = await self._at_owner("server_pause", timeout + 2 * QUICK_S, mode=mode, timeout_s=timeout,
+                                          clear_cache=clear_cache, weight_swap=swap)
+            if answer is not None:
+                return PauseState.model_validate(answer)
+            return await self._spread_pause(mode, timeout, clear_cache, weight_swap)
         async with self._pause_state:
             self._draining = mode == "wait"
             try:
-                return await self._spread_pause(mode, timeout, clear_cache)
+                return await self._spread_pause(mode, timeout, clear_cache, weight_swap)
             finally:
                 self._draining = False
 
-    async def _spread_pause(self, mode: str, timeout: float, clear_cache: Optional[bool]) -> PauseState:
+    async def _spread_pause(self, mode: str, timeout: float, clear_cache: Optional[bool],
+                            weight_swap: Optional[WeightSwap] = None) -> PauseState:
         """The pause on every process (see :meth:`pause`)."""
         was_paused = self.local.pause_mode is not None
         if mode == "abort":
@@ -224,7 +233,8 @@ class ServerControl:
             if spread.failed:
                 await self._failed_pause(spread, was_paused, "in abort mode")
         spread = await self._each(
-            "pause", timeout, self.local.pause(mode, timeout, clear_cache), mode=mode, timeout_s=timeout, clear_cache=clear_cache
+            "pause", timeout, self.local.pause(mode, timeout, clear_cache, weight_swap), mode=mode, timeout_s=timeout,
+            clear_cache=clear_cache, weight_swap=weight_swap.model_dump() if weight_swap is not None else None,
         )
         if spread.failed:
             # A process that took abort mode and then gave no answer keeps it until a resume
@@ -324,9 +334,9 @@ class ServerControl:
         with local_only():
             return (await self.local.update_weight_version(new_version, False)).model_dump()
 
-    async def _peer_pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool]) -> dict:
+    async def _peer_pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool], weight_swap: Optional[dict] = None) -> dict:
         with local_only():
-            return (await self.local.pause(mode, timeout_s, clear_cache)).model_dump()
+            return (await self.local.pause(mode, timeout_s, clear_cache, _swap(weight_swap))).model_dump()
 
     async def _peer_refuse_new(self) -> None:
         self.local.refuse_new()
@@ -335,8 +345,9 @@ class ServerControl:
         with local_only():
             return (await self.local.resume()).model_dump()
 
-    async def _peer_server_pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool]) -> dict:
-        return await _as_answer(self.pause(mode, timeout_s, clear_cache))
+    async def _peer_server_pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool],
+                                 weight_swap: Optional[dict] = None) -> dict:
+        return await _as_answer(self.pause(mode, timeout_s, clear_cache, _swap(weight_swap)))
 
     async def _peer_server_resume(self) -> dict:
         return await _as_answer(self.resume())
@@ -418,6 +429,11 @@ async def _as_answer(operation: Awaitable[PauseState]) -> dict:
         return (await operation).model_dump()
     except ContractError as exc:
         return {"refused": {"status": exc.status, "message": exc.message, "type_": exc.type}}
+
+
+def _swap(record: Optional[dict]) -> Optional[WeightSwap]:
+    """A weight swap's record as a peer received it."""
+    return WeightSwap.model_validate(record) if record is not None else None
 
 
 async def _done(value: Any) -> Any:

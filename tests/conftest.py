@@ -8,7 +8,7 @@ from typing import ContextManager, Iterator, Optional, Union
 import pytest
 
 from engine_versions import SMOKE_ONLY, VERSION_TARGETS, in_smoke
-from targets import OPT_IN_TARGETS, TARGETS, Target
+from targets import DEDICATED_TARGETS, OPT_IN_TARGETS, TARGETS, Target
 from targets import REAL_TARGETS as REAL_ENGINE_TARGETS
 
 
@@ -32,6 +32,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         marker = metafunc.definition.get_closest_marker("targets")
         if marker is not None:
             chosen = [t for t in chosen if t in marker.args]
+        else:
+            chosen = [t for t in chosen if t not in DEDICATED_TARGETS]
         # The other engine releases (engine@version) run the smoke subset only.
         if not in_smoke(metafunc.definition.nodeid):
             chosen = [t for t in chosen if t not in SMOKE_ONLY]

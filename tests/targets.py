@@ -40,6 +40,9 @@ class Target:
     """A real engine (slow on two cores: the soaks and fuzzers do fewer rounds)."""
     signal: Optional[Callable[[int], None]] = None
     """Send a signal to every process of the server (SIGSTOP, SIGCONT), where a test may."""
+    checkpoints: tuple[Path, ...] = ()
+    """Checkpoints of the served model with real, different weights (the first one loaded at
+    start), where the target serves real weights: the weight-swap tests' A and B."""
 
     @property
     def finish_tokens(self) -> int:
@@ -47,6 +50,19 @@ class Target:
         ms a step when batched) ``long_tokens`` takes half a minute to run out; 300 still take
         seconds, far longer than the control call a test sends once the request runs."""
         return 300 if self.real else self.long_tokens
+
+
+def make_checkpoints(python: Path, base: Path, out_dir: Path, seeds: tuple[int, ...] = (1, 2)) -> tuple[Path, ...]:
+    """Checkpoints of the tiny model at *base* with real weights, one per seed, made now by
+    *python* (an engine venv's: it has torch and transformers) under *out_dir*."""
+    script = TESTS / "swap" / "make_checkpoint.py"
+    made = []
+    for seed in seeds:
+        out = out_dir / f"checkpoint-{seed}"
+        subprocess.run([str(python), str(script), str(base), str(out), "--seed", str(seed)], check=True,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        made.append(out)
+    return tuple(made)
 
 
 def free_port() -> int:
@@ -160,6 +176,9 @@ TARGETS: dict[str, Callable[[Path], ContextManager[Target]]] = {
 
 # Targets too slow for every run: only run when named (--target NAME).
 OPT_IN_TARGETS: set[str] = set()
+# Targets only the tests that name them (@pytest.mark.targets) run on: the weight-swap tests'
+# servers of their own, which the contract suite as a whole need not run on again.
+DEDICATED_TARGETS: set[str] = set()
 
 # Each engine adds its targets in a module of its own, tests/targets_<engine>.py, defining TARGETS.
 for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
@@ -167,3 +186,4 @@ for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
     TARGETS.update(_targets.TARGETS)
     REAL_TARGETS.update(getattr(_targets, "REAL_TARGETS", ()))
     OPT_IN_TARGETS |= getattr(_targets, "OPT_IN_TARGETS", set())
+    DEDICATED_TARGETS |= getattr(_targets, "DEDICATED_TARGETS", set())

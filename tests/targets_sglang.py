@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from engine_versions import SUPPORTED
-from targets import API_KEY, REPO, Target, group_signal, module_server
+from targets import API_KEY, REPO, Target, group_signal, make_checkpoints, module_server
 
 
 @contextlib.contextmanager
@@ -37,19 +37,24 @@ SGLANG_ARGS: tuple[str, ...] = ("--enable-metrics",)
 
 @contextlib.contextmanager
 def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS, env: Optional[dict] = None,
-                       version: Optional[str] = None, name: Optional[str] = None) -> Iterator[Target]:
+                       version: Optional[str] = None, name: Optional[str] = None, real_weights: bool = False) -> Iterator[Target]:
     """A real SGLang server with the plugin, built and reused by ``ensure_engine``: the pinned
     0.5.23, or *version* from its layered venv. *name*: the target's name (default ``sglang``,
-    or ``sglang@<version>``)."""
+    or ``sglang@<version>``). *real_weights*: serve checkpoint A of two made now (the target's
+    ``checkpoints``) instead of random weights."""
     from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
-    ensure_engine("sglang", REPO, version=version)
-    server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=list(extra_args), env=env, log_path=tmp_dir / "sglang.log",
-                          version=version)
+    paths = ensure_engine("sglang", REPO, version=version)
+    checkpoints, model_args = (), []
+    if real_weights:
+        checkpoints = make_checkpoints(paths.python, paths.model_dir, tmp_dir)
+        model_args = ["--load-format", "auto"]
+    server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=[*extra_args, *model_args], env=env,
+                          log_path=tmp_dir / "sglang.log", version=version, model_dir=checkpoints[0] if checkpoints else None)
     with server:
         name = name or ("sglang" if version is None else f"sglang@{version}")
         yield Target(name=name, url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False, real=True,
-                     signal=group_signal(server.process.pid))
+                     signal=group_signal(server.process.pid), checkpoints=checkpoints)
 
 
 # Data parallelism: ``--dp-size 2`` puts SGLang's data-parallel controller between the
@@ -79,9 +84,12 @@ TARGETS = {
                                                       name="sglang-stub-dp2"),
     "sglang": lambda tmp: sglang_real_server(tmp),
     "sglang-dp2": lambda tmp: sglang_dp_server(tmp),
+    # Real weights, for the weight-swap tests, which change them (and the version): a server of their own.
+    "sglang-weights": lambda tmp: sglang_real_server(tmp, real_weights=True, name="sglang-weights"),
 }
 # The real servers among them (targets.py: fewer, longer rounds; setup reruns).
-REAL_TARGETS = {"sglang", "sglang-dp2"}
+REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights"}
+DEDICATED_TARGETS = {"sglang-weights"}
 # Every other release with a CPU build: the smoke subset (engine_versions.SMOKE).
 for _release in SUPPORTED:
     if _release.engine == "sglang" and _release.tested == "real":

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from engine_versions import SUPPORTED
-from targets import API_KEY, REPO, Target, group_signal, module_server
+from targets import API_KEY, REPO, Target, group_signal, make_checkpoints, module_server
 
 
 @contextlib.contextmanager
@@ -26,22 +26,27 @@ def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY, env: dic
 
 @contextlib.contextmanager
 def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, api_key: str = API_KEY,
-                     version: str | None = None, name: str | None = None) -> Iterator[Target]:
+                     version: str | None = None, name: str | None = None, real_weights: bool = False) -> Iterator[Target]:
     """A real vLLM (CPU) OpenAI server with VLLM_PLUGINS=engine_plugins and --api-key: the pinned
-    0.32, or *version* from its layered venv."""
+    0.32, or *version* from its layered venv. *real_weights*: serve checkpoint A of two made now
+    (the target's ``checkpoints``) instead of random weights."""
     from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
 
-    ensure_engine("vllm", REPO, version=version)
+    paths = ensure_engine("vllm", REPO, version=version)
+    checkpoints: tuple[Path, ...] = ()
+    if real_weights:
+        checkpoints = make_checkpoints(paths.python, paths.model_dir, tmp_dir)
+        extra_args = (*extra_args, "--load-format", "auto")
     server_env = {"VLLM_PLUGINS": "engine_plugins", **(env or {})}
     # long_tokens: about 7 s of generation for one request with the tiny model, longer than the
     # stalls a client sees on two busy cores, so no request finishes while a test arranges things.
     name = name or ("vllm" if version is None else f"vllm@{version}")
     with EngineServer("vllm", REPO, api_key=api_key, env=server_env, extra_args=extra_args,
-                      log_path=tmp_dir / "vllm.log", version=version) as server:
+                      log_path=tmp_dir / "vllm.log", version=version, model_dir=checkpoints[0] if checkpoints else None) as server:
         # The other servers: the whole log, which their startup-log tests read.
         yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, real=True,
                      log_tail=lambda: server.log_tail(80 if name == "vllm" else 1_000_000),
-                     signal=group_signal(server.process.pid))
+                     signal=group_signal(server.process.pid), checkpoints=checkpoints)
 
 
 TARGETS = {
@@ -59,9 +64,13 @@ TARGETS = {
     # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
     # cores, so it runs only when named (OPT_IN_TARGETS).
     "vllm-dp2": lambda tmp: real_vllm_server(tmp, "--data-parallel-size", "2", env={"VLLM_CPU_OMP_THREADS_BIND": "0|0"}, name="vllm-dp2"),
+    # Real weights, for the weight-swap tests, which change them (and the version): a server of
+    # their own, in dev mode for vLLM's /collective_rpc.
+    "vllm-weights": lambda tmp: real_vllm_server(tmp, env={"VLLM_SERVER_DEV_MODE": "1"}, real_weights=True, name="vllm-weights"),
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
-REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2"}
+REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights"}
+DEDICATED_TARGETS = {"vllm-weights"}
 for _release in SUPPORTED:
     if _release.engine == "vllm" and _release.tested == "real":
         TARGETS[str(_release)] = lambda tmp, v=_release.version: real_vllm_server(

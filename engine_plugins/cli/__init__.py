@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pause", parents=[fleet], help="pause generation")
     p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--mode", choices=("abort", "keep"), default="abort", help="abort: return in-flight work now; keep: freeze it until resume")
+    p.add_argument("--keep-kv", action="store_true",
+                   help="keep mode: the frozen requests keep their KV (clear_cache false) instead of recomputing it on resume")
     p = sub.add_parser("resume", parents=[fleet], help="resume generation")
     p.add_argument("urls", nargs="*", metavar="URL")
     p = sub.add_parser("version", parents=[fleet], help="set the weight version (in-flight requests keep going)")

@@ -85,7 +85,7 @@ async def abort(args: argparse.Namespace, fleet: Fleet) -> int:
 
 async def pause(args: argparse.Namespace, fleet: Fleet) -> int:
     """Pause every server in ``--mode``."""
-    result = await fleet.pause(args.mode, args.timeout)
+    result = await fleet.pause(args.mode, args.timeout, False if args.keep_kv else None)
     return _show(args, result, f"pause ({args.mode})", [("paused", lambda p: _known(p.is_paused)), ("mode", lambda p: _known(p.mode))])
 
 

@@ -98,9 +98,10 @@ class ContractOps:
         )
         return VersionOutcome(r.new_version, r.previous_version, r.aborted)
 
-    async def pause(self, mode: str, timeout_s: float) -> PauseOutcome:
-        """``POST /pause`` in *mode* (``abort`` or ``keep``)."""
-        return _pause_outcome(await self._call(PauseState, "POST", "/pause", {"mode": mode}, timeout_s=timeout_s))
+    async def pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool] = None) -> PauseOutcome:
+        """``POST /pause`` in *mode* (``abort`` or ``keep``), with *clear_cache* when it is given."""
+        body = {"mode": mode} if clear_cache is None else {"mode": mode, "clear_cache": clear_cache}
+        return _pause_outcome(await self._call(PauseState, "POST", "/pause", body, timeout_s=timeout_s))
 
     async def resume(self, timeout_s: float) -> PauseOutcome:
         """``POST /resume``."""

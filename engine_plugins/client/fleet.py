@@ -201,11 +201,11 @@ class Fleet(HttpClientOwner):
             "update_weight_version", lambda s, d: s.update_weight_version(new_version, abort_all_requests, d.remaining()), timeout_s
         )
 
-    async def pause(self, mode: str = "abort", timeout_s: float = 30.0) -> FleetResult:
-        """Pause every server in *mode*."""
+    async def pause(self, mode: str = "abort", timeout_s: float = 30.0, clear_cache: Optional[bool] = None) -> FleetResult:
+        """Pause every server in *mode* (*clear_cache*: as :meth:`Server.pause`)."""
         if self.via:
-            return await self.via.pause(mode, timeout_s)
-        return await self.run("pause", lambda s, d: s.pause(mode, d.remaining()), timeout_s)
+            return await self.via.pause(mode, timeout_s, clear_cache)
+        return await self.run("pause", lambda s, d: s.pause(mode, d.remaining(), clear_cache), timeout_s)
 
     async def resume(self, timeout_s: float = 30.0) -> FleetResult:
         """Resume every server."""

@@ -168,9 +168,10 @@ class GatewayFleet:
         body = {"new_version": new_version, "abort_all_requests": abort_all_requests}
         return await self._fan("update_weight_version", "POST", "update_weight_version", body, read, timeout_s)
 
-    async def pause(self, mode: str, timeout_s: float):
-        """One fan-out of ``POST /pause`` in *mode*."""
-        return await self._fan("pause", "POST", "pause", {"mode": mode}, _read_pause("POST /pause"), timeout_s)
+    async def pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool] = None):
+        """One fan-out of ``POST /pause`` in *mode* (with *clear_cache* when it is given)."""
+        body = {"mode": mode} if clear_cache is None else {"mode": mode, "clear_cache": clear_cache}
+        return await self._fan("pause", "POST", "pause", body, _read_pause("POST /pause"), timeout_s)
 
     async def resume(self, timeout_s: float):
         """One fan-out of ``POST /resume`` (with a ``{}`` body, as smg's own client sends)."""

@@ -98,11 +98,15 @@ class ServerClient(HttpClientOwner):
         """Set the weight version; in-flight requests keep going unless *abort_all_requests*."""
         return await (await self.ops(timeout_s)).update_weight_version(new_version, abort_all_requests, timeout_s)
 
-    async def pause(self, mode: str = "abort", timeout_s: float = DEFAULT_TIMEOUT_S) -> PauseOutcome:
-        """Pause: ``abort`` returns in-flight work now, ``keep`` freezes it until :meth:`resume`."""
+    async def pause(self, mode: str = "abort", timeout_s: float = DEFAULT_TIMEOUT_S, clear_cache: Optional[bool] = None) -> PauseOutcome:
+        """Pause: ``abort`` returns in-flight work now, ``keep`` freezes it until :meth:`resume`.
+
+        *clear_cache* is vLLM's (None: the server's default, true): in ``keep`` mode true drops
+        the frozen requests' KV and recomputes them on resume (under the weights loaded by
+        then), false keeps it."""
         if mode not in ("abort", "keep"):
             raise ValueError(f"mode must be 'abort' or 'keep', not {mode!r}")
-        return await (await self.ops(timeout_s)).pause(mode, timeout_s)
+        return await (await self.ops(timeout_s)).pause(mode, timeout_s, clear_cache)
 
     async def resume(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> PauseOutcome:
         """Resume after a pause (harmless when not paused)."""

@@ -21,8 +21,10 @@ from .polling import Backoff, Deadline
 from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome, stale_unsupported
 from .transport import Transport
 
-# The contract's modes in SGLang's words: keep freezes running requests in place.
-PAUSE_MODES = {"abort": "abort", "keep": "in_place"}
+# The contract's modes in SGLang's words: keep retracts running requests (their KV is recomputed
+# on resume), or, with clear_cache false, freezes them in place.
+PAUSE_MODES = {"abort": "abort", "keep": "retract"}
+KEEP_KV = "in_place"
 NO_COUNT = "SGLang's /abort_request does not say how many requests it aborted"
 
 
@@ -101,10 +103,12 @@ class SGLangOps:
         note = NO_COUNT if abort_all else ""
         return VersionOutcome(new_version, None, None if abort_all else 0, note)
 
-    async def pause(self, mode: str, timeout_s: float) -> PauseOutcome:
-        """``POST /pause_generation`` (keep = SGLang's ``in_place``, acknowledged without waiting)."""
-        await self.t.call("POST", "/pause_generation", {"mode": PAUSE_MODES[mode]}, timeout_s=timeout_s)
-        return PauseOutcome(True, mode, f"SGLang mode {PAUSE_MODES[mode]!r}")
+    async def pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool] = None) -> PauseOutcome:
+        """``POST /pause_generation`` (keep = SGLang's ``retract``, or ``in_place`` when
+        *clear_cache* is false; acknowledged without waiting)."""
+        sglang_mode = KEEP_KV if mode == "keep" and clear_cache is False else PAUSE_MODES[mode]
+        await self.t.call("POST", "/pause_generation", {"mode": sglang_mode}, timeout_s=timeout_s)
+        return PauseOutcome(True, mode, f"SGLang mode {sglang_mode!r}")
 
     async def resume(self, timeout_s: float) -> PauseOutcome:
         """``POST /continue_generation``."""

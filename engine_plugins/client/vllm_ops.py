@@ -82,9 +82,10 @@ class VLLMOps:
         await self.t.call("POST", "/update_weight_version", {"new_version": new_version}, timeout_s=deadline.remaining() or 1.0)
         return VersionOutcome(new_version, previous, aborted)
 
-    async def pause(self, mode: str, timeout_s: float) -> PauseOutcome:
-        """``POST /pause?mode=`` (abort or keep)."""
-        await self.t.call("POST", "/pause", params={"mode": mode}, timeout_s=timeout_s)
+    async def pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool] = None) -> PauseOutcome:
+        """``POST /pause?mode=`` (abort or keep), with ``clear_cache`` when it is given."""
+        params = {"mode": mode} if clear_cache is None else {"mode": mode, "clear_cache": str(clear_cache).lower()}
+        await self.t.call("POST", "/pause", params=params, timeout_s=timeout_s)
         return PauseOutcome(True, mode)
 
     async def resume(self, timeout_s: float) -> PauseOutcome:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, AsyncIterator, Callable, Optional
 
-from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, check, in_range
+from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, check, in_range, version_tuple
 from ..errors import StartupError
 from ..model_limits import ModelLimits
 
@@ -59,6 +59,14 @@ REQUEST_FIELDS = {
     "ContinueGenerationReqInput": (),
 }
 HTTP_SERVER_NAMES = ("app", "get_global_state", "launch_server")
+# The request of each weight-update method (:mod:`.weight_updates`).
+WEIGHT_UPDATE_REQUESTS = (
+    "UpdateWeightFromDiskReqInput", "UpdateWeightsFromTensorReqInput", "UpdateWeightsFromDistributedReqInput",
+    "UpdateWeightsFromIPCReqInput",
+)
+# The release from which tensor and distributed updates need a weight-update session, and the
+# scheduler's flush ignores its waiting queue while paused.
+SESSION_VERSION = "0.5.21"
 # The data-parallel controller (``--dp-size`` > 1), whose event loop the plugin lets sleep when
 # idle: the loop's method, the attributes its body uses, and the module's names it calls.
 DP_CONTROLLER_MODULE = "sglang.srt.managers.data_parallel_controller"
@@ -98,12 +106,21 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("managers.data_parallel_controller", "sock_recv"),
     _n("managers.data_parallel_controller", "zmq"),
     _n("utils.auth", "AuthLevel.ADMIN_OPTIONAL"),
+    # Weight updates (:mod:`.weight_updates`): the TokenizerManager's methods (three of them
+    # inherited from its control mixin) and the fields of their requests the plugin reads.
+    _n(_TM, "TokenizerManager.update_weights_from_disk", "obj", "request"),
+    *(_n("managers.tokenizer_control_mixin", f"TokenizerControlMixin.update_weights_from_{kind}", "obj", "request")
+      for kind in ("tensor", "distributed", "ipc")),
+    *(_n("managers.io_struct", f"{cls}.{f}") for cls in WEIGHT_UPDATE_REQUESTS for f in ("flush_cache", "weight_version")),
 )
 LEGACY_GET_LOAD = "legacy_get_load"
+WEIGHT_UPDATE_SESSION = "weight_update_session"
 # Differences between the supported releases that the startup log names. SGLang's own /get_load
 # (removed in 0.5.21) needs no shim: the plugin leaves it as SGLang serves it.
 NOTED_FEATURES: tuple[Feature, ...] = (
     Feature(LEGACY_GET_LOAD, _n("entrypoints.http_server", "get_load"), "SGLang's own /get_load served as before"),
+    Feature(WEIGHT_UPDATE_SESSION, _n("managers.io_struct", "BeginWeightUpdateReqInput"),
+            "sessionless tensor and distributed weight updates get a session from the plugin"),
 )
 
 
@@ -154,6 +171,9 @@ class SGLangNames:
     (``accelerator``, ``num_accelerators``), made by SGLang's own helpers; ``{}`` when absent."""
     notes: list[str] = dataclasses.field(default_factory=list)
     """How this version differs where the plugin looks (the startup log's line)."""
+    BeginWeightUpdateReqInput: Optional[type] = None
+    """SGLang 0.5.21+'s weight-update session requests; None before."""
+    EndWeightUpdateReqInput: Optional[type] = None
 
     @property
     def app(self) -> Any:
@@ -222,6 +242,54 @@ class SGLangNames:
         salt = salt_of(tokenized.rid, tokenized.extra_key)
         if salt is not None:
             tokenized.extra_key = salt
+
+    # --- weight updates (:mod:`.weight_updates`) ------------------------------------------------
+
+    @staticmethod
+    def take_weight_version(obj: Any) -> Optional[str]:
+        """The ``weight_version`` a weight-update request carries, taken off it (the plugin
+        bumps to it once the weights are loaded)."""
+        version = getattr(obj, "weight_version", None)
+        if version is not None:
+            obj.weight_version = None
+        return version
+
+    @staticmethod
+    def wants_flush(obj: Any) -> bool:
+        """Whether a weight-update request asks SGLang to flush its cache after loading."""
+        return bool(getattr(obj, "flush_cache", False))
+
+    @staticmethod
+    def skip_flush(obj: Any) -> None:
+        """Load without the flush SGLang would refuse."""
+        obj.flush_cache = False
+
+    def flushes_while_retracted(self) -> bool:
+        """Whether the scheduler flushes under a ``retract`` pause with requests waiting (0.5.21+)."""
+        return version_tuple(self.version)[:3] >= version_tuple(SESSION_VERSION)
+
+    def has_weight_update_session(self) -> bool:
+        """Whether this SGLang has (and needs for tensor and distributed updates) a weight-update session."""
+        return self.BeginWeightUpdateReqInput is not None
+
+    def begin_weight_update_request(self) -> Any:
+        """``BeginWeightUpdateReqInput()``: a session over every model runner."""
+        return self.BeginWeightUpdateReqInput()
+
+    def end_weight_update_request(self) -> Any:
+        """``EndWeightUpdateReqInput()``."""
+        return self.EndWeightUpdateReqInput()
+
+    @staticmethod
+    def update_answer(method: str, success: bool, message: str) -> tuple:
+        """A weight-update method's answer: ``(success, message)``, and for the disk update the
+        count of paused requests too (SGLang's route reads all three)."""
+        return (success, message, 0) if method == "update_weights_from_disk" else (success, message)
+
+    @staticmethod
+    def with_message(answer: tuple, message: str) -> tuple:
+        """SGLang's weight-update answer with *message* in place of its own."""
+        return (answer[0], message, *answer[2:])
 
     @staticmethod
     def wants_logprobs(obj: Any) -> bool:
@@ -353,6 +421,8 @@ def load_names() -> SGLangNames:
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
         loads_header=loads_header,
         notes=notes(report),
+        BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
+        EndWeightUpdateReqInput=getattr(io_struct, "EndWeightUpdateReqInput", None),
     )
     check_names(names)
     return names

@@ -34,6 +34,7 @@ from .engine_names import SUPPORTED_VERSION, SGLangNames, in_dp_controller_proce
 from .routes import MountReport, mount
 from .seam import SGLangSeam
 from .tracking import RegisteredHooks, register_hooks, tracker_for
+from .weight_updates import WeightUpdates, register_weight_update_hooks
 
 logger = logging.getLogger("engine_plugins.sglang")
 
@@ -93,6 +94,7 @@ def install(names: SGLangNames) -> None:
 
     stack = assemble(get_control, names.api_keys)
     hooks = register_hooks(names, stack.settings.scope_prefix_cache)
+    hooks.originals.update(register_weight_update_hooks(names, _weight_updates(names, stack)))
 
     def check_launch(original: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
         hooks.check_applied()
@@ -111,6 +113,22 @@ def install(names: SGLangNames) -> None:
     install_outermost(names.app)
     _installed = True
     _log_startup(names, stack, report, hooks)
+
+
+def _weight_updates(names: SGLangNames, stack: PluginStack) -> WeightUpdates:
+    """The plugin's part in SGLang's weight updates, through the contract's hooks (so that the
+    plugins see its pause, bump and resume)."""
+
+    async def bump(version: str, request: Any) -> None:
+        await stack.hooks.call("update_weight_version", request, new_version=version, abort_all_requests=False)
+
+    async def pause(request: Any) -> None:
+        await stack.hooks.call("pause", request, mode="keep", timeout_s=stack.settings.abort_timeout_s, clear_cache=False)
+
+    async def resume(request: Any) -> None:
+        await stack.hooks.call("resume", request)
+
+    return WeightUpdates(names, bump, pause, resume, lambda: stack.hooks.control().is_paused().is_paused)
 
 
 def _with_native_routes(names: SGLangNames, stack: PluginStack) -> APIRouter:

@@ -27,7 +27,9 @@ _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 class SGLangSeam:
     """:class:`~engine_plugins.seam.EngineSeam` on one SGLang TokenizerManager.
 
-    Pause modes: ``keep`` is SGLang's ``in_place`` (the scheduler freezes, KV cache kept).
+    Pause modes: ``keep`` is SGLang's ``retract`` (the running requests' KV is dropped and
+    recomputed on resume, vLLM's keep with ``clear_cache``), or its ``in_place`` with
+    ``clear_cache: false`` (the scheduler freezes, KV cache kept).
     ``abort`` closes the TokenizerManager's pause gate only, so the control's abort of the
     running requests comes back at once with every token (SGLang's own abort-mode pause polls
     every second). While paused ``in_place``, an abort of running requests first turns the pause
@@ -167,13 +169,14 @@ class SGLangSeam:
     # --- pause -----------------------------------------------------------------------------
 
     async def pause(self, mode: str, clear_cache: Optional[bool] = None) -> None:
-        """``keep``: SGLang's ``in_place`` pause. ``abort``: close the pause gate only. SGLang's
-        pause has no cache flag (its ``/flush_cache`` is separate): *clear_cache* is ignored."""
+        """``keep``: SGLang's ``retract`` pause, or its ``in_place`` one when *clear_cache* is
+        false (vLLM's keep: None means true). ``abort``: close the pause gate only, whatever
+        *clear_cache* says (SGLang's ``/flush_cache`` is separate)."""
         async with self._scheduler_state:
             if mode == "keep":
                 if self._scheduler_pause is None:
                     aborting = [e for e in self.registry.select(None) if e.aborted and e.dispatched]
-                    scheduler_mode = "retract" if aborting else "in_place"
+                    scheduler_mode = "retract" if aborting or clear_cache is not False else "in_place"
                     await self.sglang.pause_generation(scheduler_mode)
                     for entry in aborting:
                         if self.registry.get(entry.rid) is entry:

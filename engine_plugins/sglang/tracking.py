@@ -121,8 +121,8 @@ class Tracker:
             return None
         entry = self.registry.get(rid)
         if entry is None:  # every request has one by now (its state is made first); else the version in force
-            return version_salt(extra_key, self.registry.generation, self.registry.version)
-        return version_salt(extra_key, entry.admitted, entry.admitted_version)
+            return version_salt(extra_key, self.registry.generation, self.registry.version, self.registry.weight_loads)
+        return version_salt(extra_key, entry.admitted, entry.admitted_version, entry.admitted_loads)
 
     def dispatched(self, rid: str) -> None:
         """*rid* reached the scheduler; an abort that came while it was held follows it there."""

@@ -65,6 +65,10 @@ class PrefixCache:
             self._blocks.popitem(last=False)
         return hit * self.block_size
 
+    def clear(self) -> None:
+        """Forget every cached block (vLLM's ``reset_prefix_cache``)."""
+        self._blocks.clear()
+
 
 class StubEngine:
     """An in-process engine implementing :class:`~engine_plugins.seam.EngineSeam`.
@@ -131,7 +135,7 @@ class StubEngine:
                 yield Generation(finish_reason="abort", cached_tokens=0)
                 return
             entry.dispatched = True
-            salt = version_salt(None, entry.admitted, entry.admitted_version) if self.scope_prefix_cache else None
+            salt = version_salt(None, entry.admitted, entry.admitted_version, entry.admitted_loads) if self.scope_prefix_cache else None
             cached_tokens = self.prefix_cache.admit(input_ids, salt)
             async for generation in self._decode(entry, params, cached_tokens):
                 yield generation
@@ -203,7 +207,10 @@ class StubEngine:
         self._version = version
 
     async def pause(self, mode: str, clear_cache: Optional[bool] = None) -> None:
-        """Hold new requests; in ``keep`` mode also freeze running ones (the stub has no caches)."""
+        """Hold new requests; in ``keep`` mode also freeze running ones and, unless *clear_cache*
+        is false, clear the prefix cache as vLLM's keep does (the stub keeps no other KV)."""
+        if mode == "keep" and clear_cache is not False:
+            self.prefix_cache.clear()
         self._paused = mode
         self._notify()
 

@@ -97,6 +97,7 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("v1.engine.async_llm", "AsyncLLM.resume_generation"),
     _n("v1.engine.async_llm", "AsyncLLM.update_weight_version", "new_version"),
     _n("v1.engine.async_llm", "AsyncLLM.get_weight_version"),
+    _n("v1.engine.async_llm", "AsyncLLM.collective_rpc", "method", "timeout", "args", "kwargs"),
     _n("v1.engine.async_llm", "AsyncLLM.errored"),
     _n("v1.engine.async_llm", "AsyncLLM.model_config", on_self=True),
     _n("v1.engine.async_llm", "AsyncLLM.renderer", on_self=True),
@@ -401,20 +402,25 @@ class VllmEngine:
     # --- the entry points the tracker wraps ------------------------------------------------------
 
     def wrap_entry_points(
-        self, generate: Callable, add_request_async: Callable, version_set: Callable[[str], None]
+        self, generate: Callable, add_request_async: Callable, version_set: Callable[[str], None],
+        weights_loaded: Callable[[], None] = lambda: None,
     ) -> Callable[[], None]:
-        """Replace ``generate``, ``update_weight_version`` and ``engine_core.add_request_async`` on
-        these instances; returns a function that restores the originals.
+        """Replace ``generate``, ``update_weight_version``, ``collective_rpc`` and
+        ``engine_core.add_request_async`` on these instances; returns a function that restores
+        the originals.
 
         Every serving route calls the engine client's ``generate``, and ``AsyncLLM`` sends each
         request to the engine core through ``engine_core.add_request_async``, so instance
         attributes see every request. *generate* and *add_request_async* receive the originals as
         their first argument. *version_set* learns every version set through the engine client,
-        by any route (vLLM's own weight-update routes set it the same way).
+        by any route (vLLM's own weight-update routes set it the same way). *weights_loaded*
+        learns of every weight load through it (``/collective_rpc`` ``reload_weights``, the
+        weight-transfer engine's ``/update_weights``), once it has returned.
         """
         llm = self.llm
         core = llm.engine_core
         original_generate, original_add, original_update = llm.generate, core.add_request_async, llm.update_weight_version
+        original_rpc = getattr(llm, "collective_rpc", None)  # an engine's fake may have none
         processor = llm.output_processor
         original_process = processor.process_outputs
 
@@ -429,6 +435,12 @@ class VllmEngine:
             self._version = new_version
             version_set(new_version)
 
+        async def tracked_rpc(method: str, *args: Any, **kwargs: Any) -> Any:
+            result = await original_rpc(method, *args, **kwargs)
+            if method in WEIGHT_LOAD_RPCS:
+                weights_loaded()
+            return result
+
         def counted_process(engine_core_outputs: Any, *args: Any, **kwargs: Any) -> Any:
             self._count_tokens(engine_core_outputs)
             return original_process(engine_core_outputs, *args, **kwargs)
@@ -436,6 +448,8 @@ class VllmEngine:
         llm.generate = tracked_generate
         llm.update_weight_version = tracked_update
         core.add_request_async = tracked_add
+        if original_rpc is not None:
+            llm.collective_rpc = tracked_rpc
         if not self.names.native_spans:
             processor.process_outputs = counted_process
 
@@ -443,10 +457,17 @@ class VllmEngine:
             del llm.generate
             del llm.update_weight_version
             del core.add_request_async
+            if original_rpc is not None:
+                del llm.collective_rpc
             if not self.names.native_spans:
                 del processor.process_outputs
 
         return restore
+
+
+# The workers' methods that load new weights, as the engine client's collective_rpc calls them
+# (vLLM's /collective_rpc route, and update_weights of its weight-transfer routes).
+WEIGHT_LOAD_RPCS = ("reload_weights", "update_weights")
 
 
 # --- the engine-core side and the launch flags -------------------------------------------------

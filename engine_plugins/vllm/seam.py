@@ -93,15 +93,14 @@ class VllmSeam:
         await self.vllm.update_weight_version(version)
 
     async def pause(self, mode: str, clear_cache: Optional[bool] = None) -> None:
-        """``keep``: vLLM's keep (running requests freeze, new ones queue), KV cache kept so that
-        the frozen requests go on from it (vLLM ignores ``clear_cache`` there). ``abort``: vLLM's
-        abort (the engine core aborts what it holds, new requests queue), clearing vLLM's caches
-        unless *clear_cache* is false; the control then aborts every accepted request, which
-        covers the rest."""
-        if mode == "keep":
-            await self.vllm.pause_generation("keep", clear_cache=False)
-        else:
-            await self.vllm.pause_generation("abort", clear_cache=True if clear_cache is None else clear_cache)
+        """vLLM's own pause in *mode*, with vLLM's ``clear_cache`` (None: vLLM's default, true).
+
+        ``keep``: running requests freeze and new ones queue; with ``clear_cache`` the engine
+        core also drops the frozen requests' KV and the prefix cache, and recomputes the
+        requests on resume (under the weights loaded by then), else they go on from their KV.
+        ``abort``: the engine core aborts what it holds and new requests queue; the control
+        then aborts every accepted request, which covers the rest."""
+        await self.vllm.pause_generation(mode, clear_cache=True if clear_cache is None else clear_cache)
 
     async def drain(self, clear_cache: Optional[bool] = None) -> list[InFlight]:
         """vLLM's ``wait`` pause: new requests queue, the engine core's running requests finish,

@@ -48,7 +48,8 @@ class Tracker:
 
     def install(self) -> None:
         """Start tracking every request of this engine client."""
-        self._restore = self.vllm.wrap_entry_points(self._tracked_generate, self._tracked_add, self._version_set)
+        self._restore = self.vllm.wrap_entry_points(self._tracked_generate, self._tracked_add, self._version_set,
+                                                    self.registry.weights_loaded)
 
     def uninstall(self) -> None:
         """Stop tracking (tests)."""
@@ -97,7 +98,8 @@ class Tracker:
         if entry is not None and self.scope_prefix_cache:
             # The last point before the engine core hashes the prompt's blocks; every route's
             # requests (and each of an n > 1 request's children) pass here.
-            self.vllm.set_cache_salt(request, version_salt(self.vllm.cache_salt(request), entry.admitted, entry.admitted_version))
+            self.vllm.set_cache_salt(request, version_salt(self.vllm.cache_salt(request), entry.admitted, entry.admitted_version,
+                                                             entry.admitted_loads))
         await original(request)
         if entry is None:
             return  # not from generate() (e.g. a pre-aborted KV-transfer notice): not a request

@@ -11,7 +11,8 @@ SPECS = [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction) 
 
 
 def test_the_operations_are_specified():
-    assert set(SPECS) == {"abort", "loads", "update_weight_version", "partial_generate", "pause", "resume", "is_paused"}
+    assert set(SPECS) == {"abort", "loads", "update_weight_version", "partial_generate", "pause", "resume", "is_paused",
+                          "begin_weight_swap", "commit_weight_swap"}
     assert hookimpl is hookspecs.hookimpl
 
 

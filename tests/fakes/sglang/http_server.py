@@ -18,7 +18,9 @@ from typing import Any, Optional
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from .io_struct import ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
+from .io_struct import (BeginWeightUpdateReqInput, ContinueGenerationReqInput, EndWeightUpdateReqInput, GenerateReqInput,
+                        PauseGenerationReqInput, UpdateWeightFromDiskReqInput, UpdateWeightsFromTensorReqInput,
+                        UpdateWeightVersionReqInput)
 
 
 @dataclass
@@ -142,6 +144,50 @@ async def continue_generation(request: Request) -> Any:
     _calls.append(("/continue_generation", await request.json()))
     await _global_state.tokenizer_manager.continue_generation(ContinueGenerationReqInput())
     return {"message": "Generation continued successfully.", "status": 200}
+
+
+def _weights_answer(success: bool, message: str, **extra: Any) -> JSONResponse:
+    """SGLang's weight routes (1300-1330, 1436-1520): 200 on success, else 400, with the message."""
+    return JSONResponse({"success": success, "message": message, **extra}, status_code=200 if success else 400)
+
+
+@app.post("/update_weights_from_disk")
+async def update_weights_from_disk(request: Request) -> Any:
+    """SGLang's native route (1300-1330)."""
+    body = await request.json()
+    _calls.append(("/update_weights_from_disk", body))
+    success, message, paused = await _global_state.tokenizer_manager.update_weights_from_disk(UpdateWeightFromDiskReqInput(**body), request)
+    return _weights_answer(success, message, num_paused_requests=paused)
+
+
+@app.post("/update_weights_from_tensor")
+async def update_weights_from_tensor(request: Request) -> Any:
+    """SGLang's native route (1436-1455)."""
+    body = await request.json()
+    _calls.append(("/update_weights_from_tensor", {k: v for k, v in body.items() if k != "serialized_named_tensors"}))
+    success, message = await _global_state.tokenizer_manager.update_weights_from_tensor(UpdateWeightsFromTensorReqInput(**body), request)
+    return _weights_answer(success, message)
+
+
+@app.post("/begin_weight_update")
+async def begin_weight_update(request: Request) -> Any:
+    """SGLang's native route (1458-1470)."""
+    _calls.append(("/begin_weight_update", await request.json()))
+    return _weights_answer(*await _global_state.tokenizer_manager.begin_weight_update(BeginWeightUpdateReqInput(), request))
+
+
+@app.post("/end_weight_update")
+async def end_weight_update(request: Request) -> Any:
+    """SGLang's native route (1473-1485)."""
+    _calls.append(("/end_weight_update", await request.json()))
+    return _weights_answer(*await _global_state.tokenizer_manager.end_weight_update(EndWeightUpdateReqInput(), request))
+
+
+@app.get("/fake/scheduler")
+async def scheduler_state() -> Any:
+    """The first rank's weights and flush count (not an SGLang route)."""
+    scheduler = _global_state.tokenizer_manager.scheduler
+    return {"weights": scheduler.weights, "flushes": scheduler.flushes, "weight_version": scheduler.weight_version}
 
 
 def launch_server(server_args: Any) -> None:

@@ -83,3 +83,37 @@ class AbortReq:
     finished_reason: Optional[dict] = None
     abort_message: Optional[str] = None
     weight_versions: Optional[list[Any]] = None
+
+
+@dataclass
+class UpdateWeightFromDiskReqInput:
+    """``io_struct.py:1970-1993``: only the fields the fake reads."""
+
+    model_path: str
+    load_format: Optional[str] = None
+    abort_all_requests: bool = False
+    weight_version: Optional[str] = None
+    flush_cache: bool = True
+
+
+@dataclass
+class UpdateWeightsFromTensorReqInput:
+    """``io_struct.py:2027-2048``: the tensors are not read (the fake has no weights to load)."""
+
+    serialized_named_tensors: list = field(default_factory=list)
+    load_format: Optional[str] = None
+    abort_all_requests: bool = False
+    weight_version: Optional[str] = None
+    flush_cache: bool = True
+
+
+@dataclass
+class BeginWeightUpdateReqInput:
+    """``io_struct.py:2197-2200``."""
+
+    selector: str = "all"
+
+
+@dataclass
+class EndWeightUpdateReqInput:
+    """``io_struct.py:2208-2209``."""

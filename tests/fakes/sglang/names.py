@@ -8,7 +8,8 @@ from engine_plugins.sglang.engine_names import SGLangNames, check_names
 
 from . import http_server
 from .hook_registry import HookRegistry, HookType
-from .io_struct import ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, UpdateWeightVersionReqInput
+from .io_struct import (BeginWeightUpdateReqInput, ContinueGenerationReqInput, EndWeightUpdateReqInput, GenerateReqInput,
+                        PauseGenerationReqInput, UpdateWeightVersionReqInput)
 from .tokenizer_manager import HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, TokenizerManager
 
 
@@ -30,6 +31,8 @@ def fake_names(serving: SimpleNamespace) -> SGLangNames:
         deterministic_inference=lambda: serving.enable_deterministic_inference,
         admin_optional="admin_optional",
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
+        BeginWeightUpdateReqInput=BeginWeightUpdateReqInput,
+        EndWeightUpdateReqInput=EndWeightUpdateReqInput,
     )
     check_names(names)
     return names

@@ -60,6 +60,16 @@ class WeightVersionChange:
 
 
 @dataclass
+class WeightsCall:
+    """A weight-update communicator call (``update_weights_from_disk`` or ``_tensor``, or a
+    session's begin or end); ``done`` is the reply, ``(success, message)``."""
+
+    kind: str
+    obj: Any
+    done: asyncio.Future
+
+
+@dataclass
 class BatchOut:
     """One request's output in a batch (``BatchTokenIDOutput`` item)."""
 
@@ -157,6 +167,10 @@ class FakeScheduler:
         self.paused = False
         self.weight_version = "default"
         self.tree_cache = FakeRadixCache()
+        self.weights = "initial"
+        """The weights loaded (the fake loads none: a checkpoint's path, or ``tensors``)."""
+        self.weight_session = False
+        self.flushes = 0
         # The load snapshot (load_inquirer.py:109-140), written only while the loop runs.
         self.snapshot = (0, 0)
 
@@ -196,6 +210,8 @@ class FakeScheduler:
         elif isinstance(msg, WeightVersionChange):
             self.record_weight_version_change(msg.new_version)
             msg.done.set_result(None)
+        elif isinstance(msg, WeightsCall):
+            msg.done.set_result(self.weights_call(msg.kind, msg.obj))
 
     def match_prefix(self, req: Req) -> None:
         """A request entering a prefill batch (``Req.init_next_round_input``, schedule_batch.py:
@@ -227,6 +243,34 @@ class FakeScheduler:
             retracted = [r for r in self.running if r.finished_reason is None]
             self.running = []
             self.waiting_queue.extend(retracted)  # _add_request_to_queue; output_ids are kept
+
+    def weights_call(self, kind: str, obj: Any) -> tuple[bool, str]:
+        """``scheduler_components/weight_updater.py`` (0.5.23): the session (309-335), the tensor
+        update's check for it (232-239), the load, the version recorded (153), then the flush,
+        whose refusal fails the call (120-133)."""
+        if kind in ("begin", "end"):
+            if (kind == "begin") == self.weight_session:
+                return False, f"{kind}_weight_update: a session is {'already' if self.weight_session else 'not'} open"
+            self.weight_session = kind == "begin"
+            return True, "ok"
+        if kind == "tensor" and not self.weight_session:
+            return False, "update_weights_from_tensor must run between begin_weight_update() and end_weight_update()"
+        self.weights = obj.model_path if kind == "disk" else "tensors"
+        if obj.weight_version is not None:
+            self.record_weight_version_change(obj.weight_version)
+        if obj.flush_cache and not self.flush_cache():
+            return False, ("Weights were updated, but the cache was not flushed because requests are still running or "
+                           "queued. Retract or finish them, then call /flush_cache.")
+        return True, "Succeeded to update model weights."
+
+    def flush_cache(self) -> bool:
+        """``Scheduler.flush_cache`` (5518-5549): refused while requests run (frozen in place
+        too), or wait unpaused; else the radix cache is emptied."""
+        if self.running or (self.waiting_queue and not self.paused):
+            return False
+        self.tree_cache = FakeRadixCache()
+        self.flushes += 1
+        return True
 
     def record_weight_version_change(self, new_version: str) -> None:
         """Record an event only on live requests that already have output tokens."""

@@ -11,10 +11,11 @@ import dataclasses
 import types
 from typing import Any, AsyncIterator, Optional
 
-from .io_struct import (AbortReq, ContinueGenerationReqInput, GenerateReqInput, PauseGenerationReqInput, TokenizedGenerateReqInput,
-                        UpdateWeightVersionReqInput)
+from .io_struct import (AbortReq, BeginWeightUpdateReqInput, ContinueGenerationReqInput, EndWeightUpdateReqInput, GenerateReqInput,
+                        PauseGenerationReqInput, TokenizedGenerateReqInput, UpdateWeightFromDiskReqInput,
+                        UpdateWeightsFromTensorReqInput, UpdateWeightVersionReqInput)
 from .dp_controller import FakeDataParallelController
-from .scheduler import BatchOut, FakeScheduler, WeightVersionChange
+from .scheduler import BatchOut, FakeScheduler, WeightsCall, WeightVersionChange
 
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"  # constants.py:12
 
@@ -301,6 +302,55 @@ class TokenizerManager:
             running, waiting = scheduler.snapshot
             loads.append(LoadSnapshot(rank, running, waiting, queues={"waiting": waiting, "paused": 0}))
         return loads if dp_rank is None else [load for load in loads if load.dp_rank == dp_rank]
+
+    # --- weight updates (tokenizer_manager.py:2288-2322, tokenizer_control_mixin.py:485-596) ---
+
+    async def _weights_call(self, kind: str, obj: Any) -> tuple[bool, str]:
+        """One communicator call to every rank's scheduler; the merged answer."""
+        loop = asyncio.get_running_loop()
+        replies = [loop.create_future() for _ in self.schedulers]
+        for scheduler, reply in zip(self.schedulers, replies):
+            scheduler.inbox.put_nowait(WeightsCall(kind, obj, reply))
+        answers = await asyncio.gather(*replies)
+        failed = [a for a in answers if not a[0]]
+        return failed[0] if failed else answers[0]
+
+    async def _update_weights(self, kind: str, obj: Any) -> tuple[bool, str]:
+        """The pattern of every update: abort when asked, then, unless paused, SGLang's writer
+        lock, which every request holds as a reader for its whole life: the update waits for
+        all of them to end."""
+        self.auto_create_handle_loop()
+        if obj.abort_all_requests:
+            self.abort_request(abort_all=True)
+        async with self.is_pause_cond:
+            is_paused = self.is_pause
+        if not is_paused:
+            while self.rid_to_state:
+                await asyncio.sleep(self.scheduler.step_s)
+        success, message = await self._weights_call(kind, obj)
+        if success and obj.weight_version is not None:
+            self._weight_version = obj.weight_version  # _update_weight_version_if_provided: only on success
+            message += f" Weight version updated to {obj.weight_version}."
+        return success, message
+
+    async def update_weights_from_disk(self, obj: UpdateWeightFromDiskReqInput, request: Any = None) -> tuple[bool, str, int]:
+        """2288-2322."""
+        success, message = await self._update_weights("disk", obj)
+        return success, message, 0
+
+    async def update_weights_from_tensor(self, obj: UpdateWeightsFromTensorReqInput, request: Any = None) -> tuple[bool, str]:
+        """control mixin 563-596."""
+        return await self._update_weights("tensor", obj)
+
+    async def begin_weight_update(self, obj: BeginWeightUpdateReqInput, request: Any = None) -> tuple[bool, str]:
+        """control mixin 485-492 (paused here: no writer lock)."""
+        self.auto_create_handle_loop()
+        return await self._weights_call("begin", obj)
+
+    async def end_weight_update(self, obj: EndWeightUpdateReqInput, request: Any = None) -> tuple[bool, str]:
+        """control mixin 494-501."""
+        self.auto_create_handle_loop()
+        return await self._weights_call("end", obj)
 
     def config_value(self, name: str) -> Any:
         """2333-2337; only the weight version is faked."""

@@ -526,6 +526,10 @@ class EngineCore:
         if mode == "abort":
             aborted = self.scheduler.finish_requests(None)
             self._send([EngineCoreOutput(i, [], [], "abort") for i in aborted])
+        if mode == "keep" and clear_cache:
+            # core.py:914-919: _reset_caches(reset_running_requests=True); the preempted requests'
+            # recompute is not modelled, their prefix-cache blocks are dropped.
+            self.scheduler.kv_cache_manager.cached.clear()
         self.scheduler.pause_state = PauseState.PAUSED_ALL if mode == "keep" else PauseState.PAUSED_NEW
         self.reject_new_requests = self.pause_rejects_new and mode != "keep"
 
