@@ -8,6 +8,7 @@ import sys
 from typing import Optional, Sequence
 
 from ..config import ConfigError, load_settings
+from ..schema import DEFAULT_LEASE_S
 from . import exit_codes
 
 EPILOG = """exit codes: 0 ok; 1 some server failed (or the demo failed, or patch cannot apply); 2 usage or configuration error;
@@ -57,6 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("new_version", metavar="NEW")
     p.add_argument("--abort-all", action="store_true", help="abort every request first")
+    p = sub.add_parser("swap-begin", parents=[fleet], help="begin a weight swap: pause until swap-commit (needs the plugin)")
+    p.add_argument("urls", nargs="*", metavar="URL")
+    p.add_argument("--version", required=True, metavar="V", help="the version the commit applies")
+    p.add_argument("--mode", choices=("keep", "abort", "wait"), default="keep", help="the pause's mode (default keep)")
+    p.add_argument("--keep-kv", action="store_true", help="keep mode: the frozen requests keep their KV (clear_cache false)")
+    p.add_argument("--lease", type=_seconds, default=DEFAULT_LEASE_S, metavar="S",
+                   help=f"seconds before an uncommitted swap is reported expired (default {DEFAULT_LEASE_S:g})")
+    p = sub.add_parser("swap-commit", parents=[fleet], help="commit the open weight swap: apply its version, resume")
+    p.add_argument("urls", nargs="*", metavar="URL")
+    p.add_argument("--version", required=True, metavar="V", help="the open swap's version")
     p = sub.add_parser("demo", parents=[keyed], help="a short RL-style loop on a real engine (or --url)")
     p.add_argument("--engine", choices=("vllm", "sglang"), default="vllm", help="engine to start (default vllm)")
     p.add_argument("--url", default=None, help="drive this running server instead of starting one")
@@ -95,6 +106,8 @@ def _check_servers(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         parser.error(f"{args.command}: give the servers' URLs or --gateway URL (one of the two)")
     if args.selector is not None and args.gateway is None:
         parser.error(f"{args.command}: --selector needs --gateway")
+    if args.command.startswith("swap-") and args.gateway is not None:
+        parser.error(f"{args.command}: weight swaps go to the workers' URLs, not through --gateway")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,5 +1,5 @@
-"""``loads``, ``abort``, ``pause``, ``resume`` and ``version``: one fleet operation each, shown as a
-table (or JSON) with one row per server."""
+"""``loads``, ``abort``, ``pause``, ``resume``, ``version``, ``swap-begin`` and ``swap-commit``: one
+fleet operation each, shown as a table (or JSON) with one row per server."""
 
 from __future__ import annotations
 
@@ -103,6 +103,24 @@ async def version(args: argparse.Namespace, fleet: Fleet) -> int:
     ])
 
 
+_SWAP_COLUMNS = [("swap", lambda s: s.swap_id), ("version", lambda s: f"{s.previous_version} -> {s.version}"),
+                 ("state", lambda s: s.state), ("paused", lambda s: s.is_paused)]
+
+
+async def swap_begin(args: argparse.Namespace, fleet: Fleet) -> int:
+    """Begin a weight swap to ``--version`` on every server: paused until ``swap-commit``."""
+    clear_cache = False if args.keep_kv else None
+    result = await fleet.run("begin_weight_swap", lambda s, d: s.begin_weight_swap(
+        args.version, args.mode, clear_cache, args.lease, d.remaining()), args.timeout)
+    return _show(args, result, f"weight swap to {args.version}: begun", _SWAP_COLUMNS)
+
+
+async def swap_commit(args: argparse.Namespace, fleet: Fleet) -> int:
+    """Commit every server's open weight swap to ``--version``: the version applied, resumed."""
+    result = await fleet.run("commit_weight_swap", lambda s, d: s.commit_weight_swap(args.version, d.remaining()), args.timeout)
+    return _show(args, result, f"weight swap to {args.version}: committed", _SWAP_COLUMNS)
+
+
 class _LiveProgress:
     """A live table of each server's phase while waiting for idle (rich, terminals only)."""
 
@@ -145,7 +163,8 @@ def _fleet(args: argparse.Namespace, api_key: Optional[str]) -> Fleet:
     return Fleet(args.urls, api_key=api_key)
 
 
-COMMANDS = {"loads": loads, "abort": abort, "pause": pause, "resume": resume, "version": version}
+COMMANDS = {"loads": loads, "abort": abort, "pause": pause, "resume": resume, "version": version,
+            "swap-begin": swap_begin, "swap-commit": swap_commit}
 
 
 def run(args: argparse.Namespace, api_key: Optional[str]) -> int:

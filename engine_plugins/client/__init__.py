@@ -11,7 +11,7 @@ routes or vLLM's dev-mode routes (detected), plus partial rollouts that survive 
 
 from .detect import Detection, Flavor
 from .errors import ServerError
-from .fleet import Fleet, FleetResult, ServerResult
+from .fleet import Fleet, FleetResult, ServerResult, WeightSwapRun
 from .loads import Load, LoadParseError, parse_loads, parse_vllm_metrics
 from .polling import Deadline
 from .results import AbortOutcome, PauseOutcome, StaleSelector, VersionOutcome
@@ -19,6 +19,7 @@ from .rollout import Attempt, Rollout, run_rollout
 from .server import ServerClient
 
 __all__ = [
+    "WeightSwapRun",
     "AbortOutcome", "Attempt", "Deadline", "Detection", "Fleet", "FleetResult", "Flavor", "Load", "LoadParseError",
     "PauseOutcome", "Rollout", "ServerClient", "ServerError", "ServerResult", "StaleSelector", "VersionOutcome", "parse_loads",
     "parse_vllm_metrics", "run_rollout",

@@ -13,7 +13,7 @@ from typing import Any, Optional, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..schema import AbortResult, LoadsResult, PartialGenerateResult, PauseState, UpdateWeightVersionResult
+from ..schema import AbortResult, LoadsResult, PartialGenerateResult, PauseState, UpdateWeightVersionResult, WeightSwapResult
 from .errors import ServerError, answer_problems
 from .loads import Load, load_from_contract
 from .polling import Backoff, Deadline
@@ -110,6 +110,21 @@ class ContractOps:
     async def is_paused(self, timeout_s: float) -> PauseOutcome:
         """``GET /is_paused``."""
         return _pause_outcome(await self._call(PauseState, "GET", "/is_paused", timeout_s=timeout_s))
+
+    async def begin_weight_swap(self, version: str, mode: str, clear_cache: Optional[bool], lease_s: float,
+                                timeout_s: float) -> WeightSwapResult:
+        """``POST /weight_swap/begin``."""
+        body = {"version": version, "mode": mode, "lease_s": lease_s}
+        if clear_cache is not None:
+            body["clear_cache"] = clear_cache
+        # Never sent twice: a begin that did open the swap would answer its retry with a 409.
+        return await self._call(WeightSwapResult, "POST", "/weight_swap/begin", body, timeout_s=timeout_s, idempotent=False)
+
+    async def commit_weight_swap(self, version: str, timeout_s: float) -> WeightSwapResult:
+        """``POST /weight_swap/commit`` of the open swap to *version* (never sent twice: a second
+        one is a 404 once the first has committed)."""
+        return await self._call(WeightSwapResult, "POST", "/weight_swap/commit", {"version": version}, timeout_s=timeout_s,
+                                idempotent=False)
 
     async def partial_generate(self, body: dict, timeout_s: Optional[float]) -> PartialGenerateResult:
         """``POST /partial_generate``; the answer as the contract defines it."""

@@ -10,12 +10,14 @@ the gateway's workers: smg's discovery finds them and its fan-out makes each cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
 import httpx
 
+from ..schema import DEFAULT_LEASE_S
 from .errors import ServerError
 from .gateway import DEFAULT_SELECTOR, Gateway
 from .gateway_fleet import GatewayFleet
@@ -46,7 +48,11 @@ class ServerResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready fields."""
-        value = self.value.to_dict() if hasattr(self.value, "to_dict") else self.value
+        value = self.value
+        if hasattr(value, "to_dict"):
+            value = value.to_dict()
+        elif hasattr(value, "model_dump"):  # an answer of the contract's models
+            value = value.model_dump()
         return {"url": self.url, "ok": self.ok, "api": self.api, "seconds": round(self.seconds, 4),
                 "result": value, "error": self.error, "kind": self.kind}
 
@@ -78,6 +84,18 @@ class FleetResult:
         """Plain JSON-ready fields."""
         return {"operation": self.operation, "ok": self.ok, "seconds": round(self.seconds, 4),
                 "servers": [r.to_dict() for r in self.results]}
+
+
+@dataclass
+class WeightSwapRun:
+    """A fleet's weight swap (:meth:`Fleet.weight_swap`): each server's begin, then its commit."""
+
+    began: FleetResult
+    committed: Optional[FleetResult] = None
+
+
+async def _not_begun(url: str) -> Any:
+    raise ServerError(url, "unsupported", "its weight swap did not begin, so there is nothing to commit")
 
 
 class Fleet(HttpClientOwner):
@@ -206,6 +224,26 @@ class Fleet(HttpClientOwner):
         if self.via:
             return await self.via.pause(mode, timeout_s, clear_cache)
         return await self.run("pause", lambda s, d: s.pause(mode, d.remaining(), clear_cache), timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def weight_swap(self, version: str, mode: str = "keep", clear_cache: Optional[bool] = None,
+                          lease_s: float = DEFAULT_LEASE_S, timeout_s: float = 30.0) -> AsyncIterator["WeightSwapRun"]:
+        """``async with fleet.weight_swap("v8") as swap: <load the weights>``: begin on every
+        server, then, on a normal exit, commit on each server that began (``swap.began``,
+        ``swap.committed``: one result per server). A server that failed to begin is not
+        committed (its failure says why); on an exception the swaps are left open, the servers
+        paused (their weights may be half-loaded), and their leases report them expired."""
+        if self.via is not None:
+            raise ValueError("weight swaps behind a gateway: send them to the workers' URLs")
+        run = WeightSwapRun(await self.run(
+            "begin_weight_swap", lambda s, d: s.begin_weight_swap(version, mode, clear_cache, lease_s, d.remaining()), timeout_s
+        ))
+        yield run
+        began = {r.url for r in run.began.results if r.ok}
+        run.committed = await self.run(
+            "commit_weight_swap",
+            lambda s, d: s.commit_weight_swap(version, d.remaining()) if s.url in began else _not_begun(s.url), timeout_s,
+        )
 
     async def resume(self, timeout_s: float = 30.0) -> FleetResult:
         """Resume every server."""

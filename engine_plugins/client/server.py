@@ -7,12 +7,14 @@ Every method raises :class:`~.errors.ServerError` with a clear message on failur
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional, Sequence, Union
+import contextlib
+from typing import Any, AsyncIterator, Optional, Sequence, Union
 
 import httpx
 
-from ..schema import PartialGenerateResult
+from ..schema import DEFAULT_LEASE_S, PartialGenerateResult, WeightSwapResult
 from .contract_ops import ContractOps
+from .errors import ServerError
 from .detect import Detection, Flavor, detect
 from .loads import Load
 from .polling import Backoff, Deadline
@@ -107,6 +109,33 @@ class ServerClient(HttpClientOwner):
         if mode not in ("abort", "keep"):
             raise ValueError(f"mode must be 'abort' or 'keep', not {mode!r}")
         return await (await self.ops(timeout_s)).pause(mode, timeout_s, clear_cache)
+
+    async def begin_weight_swap(self, version: str, mode: str = "keep", clear_cache: Optional[bool] = None,
+                                lease_s: float = DEFAULT_LEASE_S, timeout_s: float = DEFAULT_TIMEOUT_S) -> WeightSwapResult:
+        """``POST /weight_swap/begin`` (the plugin's; a server without it is ``unsupported``)."""
+        return await (await self._contract_ops("weight swaps", timeout_s)).begin_weight_swap(version, mode, clear_cache, lease_s, timeout_s)
+
+    async def commit_weight_swap(self, version: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> WeightSwapResult:
+        """``POST /weight_swap/commit`` of the open swap to *version*."""
+        return await (await self._contract_ops("weight swaps", timeout_s)).commit_weight_swap(version, timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def weight_swap(self, version: str, mode: str = "keep", clear_cache: Optional[bool] = None,
+                          lease_s: float = DEFAULT_LEASE_S, timeout_s: float = DEFAULT_TIMEOUT_S) -> AsyncIterator[WeightSwapResult]:
+        """``async with server.weight_swap("v8"): <load the weights>``: begin, then commit on a
+        normal exit. On an exception the swap is left open, the server paused: its weights may be
+        half-loaded; the lease then reports it expired."""
+        began = await self.begin_weight_swap(version, mode, clear_cache, lease_s, timeout_s)
+        yield began
+        await self.commit_weight_swap(version, timeout_s)
+
+    async def _contract_ops(self, what: str, timeout_s: float) -> ContractOps:
+        """The contract's operations, or an ``unsupported`` failure saying *what* needs the plugin."""
+        ops = await self.ops(timeout_s)
+        if not isinstance(ops, ContractOps):
+            found = await self.detection()
+            raise ServerError(self.url, "unsupported", f"{what} need the engine-plugins plugin; this server is {found.detail}; nothing was sent")
+        return ops
 
     async def resume(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> PauseOutcome:
         """Resume after a pause (harmless when not paused)."""

@@ -80,6 +80,18 @@ def test_pause_resume_and_version(stub_fleet, capsys):
     assert "weight version -> cli-v3" in capsys.readouterr().out
 
 
+def test_a_weight_swap_begun_and_committed_through_the_cli(stub_fleet, capsys):
+    urls = [s.url for s in stub_fleet[:2]]
+    code, began = run_json(capsys, "swap-begin", *urls, "--version", "cli-swap", "--keep-kv", "--api-key", KEY)
+    assert code == 0 and {s["result"]["state"] for s in began["servers"]} == {"open"}
+    code, paused = run_json(capsys, "loads", *urls, "--api-key", KEY)
+    assert all(s["result"]["paused"] for s in paused["servers"])
+    code, committed = run_json(capsys, "swap-commit", *urls, "--version", "cli-swap", "--api-key", KEY)
+    assert code == 0 and [s["result"]["swap_id"] for s in committed["servers"]] == [s["result"]["swap_id"] for s in began["servers"]]
+    assert {(s["result"]["state"], s["result"]["is_paused"]) for s in committed["servers"]} == {("committed", False)}
+    assert main(["swap-begin", "--gateway", "http://127.0.0.1:1", "--version", "v"]) == exit_codes.USAGE
+
+
 def test_native_servers_through_the_cli(fake_sglang, fake_vllm, capsys):
     code, data = run_json(capsys, "abort", fake_sglang.url, fake_vllm.url, "--wait", "--timeout", "10")
     assert code == 0
