@@ -25,10 +25,10 @@ EXPECTED_FEATURES = {
     ("vllm", "0.31.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False},
     ("vllm", "0.32.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": False},
     ("vllm", "0.33.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": True},
-    ("sglang", "0.5.20"): {"legacy_get_load": True},
-    ("sglang", "0.5.21"): {"legacy_get_load": False},
-    ("sglang", "0.5.22"): {"legacy_get_load": False},
-    ("sglang", "0.5.23"): {"legacy_get_load": False},
+    ("sglang", "0.5.20"): {"legacy_get_load": True, "weight_update_session": False},
+    ("sglang", "0.5.21"): {"legacy_get_load": False, "weight_update_session": True},
+    ("sglang", "0.5.22"): {"legacy_get_load": False, "weight_update_session": True},
+    ("sglang", "0.5.23"): {"legacy_get_load": False, "weight_update_session": True},
 }
 
 

@@ -79,7 +79,10 @@ async def test_sglang_abort_by_id_pause_keep_and_resume_use_native_routes(fake_s
         assert ("/abort_request", {"rid": "abc"}) in fake_sglang.calls()
         assert "starts with" in outcome.note and "did not wait" in outcome.note
         paused = await server.pause("keep")
-        assert fake_sglang.calls()[-1] == ("/pause_generation", {"mode": "in_place"}) and paused.is_paused
+        assert fake_sglang.calls()[-1] == ("/pause_generation", {"mode": "retract"}) and paused.is_paused
+        await server.resume()
+        await server.pause("keep", clear_cache=False)
+        assert fake_sglang.calls()[-1] == ("/pause_generation", {"mode": "in_place"})
         await server.resume()
         assert fake_sglang.calls()[-1] == ("/continue_generation", {})
         assert (await server.is_paused()).is_paused is None
