@@ -100,6 +100,7 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("plugins.hook_registry", "HookType.AFTER"),
     _n("runtime_context", "get_exec"),
     _n("runtime_context", "get_serving"),
+    _n("runtime_context", "get_parallel"),
     _n("runtime_context", "get_device"),
     _n("managers.data_parallel_controller", "DataParallelController.event_loop"),
     *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
@@ -174,6 +175,8 @@ class SGLangNames:
     BeginWeightUpdateReqInput: Optional[type] = None
     """SGLang 0.5.21+'s weight-update session requests; None before."""
     EndWeightUpdateReqInput: Optional[type] = None
+    parallel: Callable[[], Any] = lambda: None
+    """SGLang's ``get_parallel()`` (``dp_size``, ``enable_dp_attention``); None where unknown."""
 
     @property
     def app(self) -> Any:
@@ -267,6 +270,14 @@ class SGLangNames:
     def flushes_while_retracted(self) -> bool:
         """Whether the scheduler flushes under a ``retract`` pause with requests waiting (0.5.21+)."""
         return version_tuple(self.version)[:3] >= version_tuple(SESSION_VERSION)
+
+    def replicas(self) -> int:
+        """Data-parallel replicas (plain ``--dp-size``, not DP attention), which SGLang's tensor,
+        distributed and IPC weight updates refuse."""
+        parallel = self.parallel()
+        if parallel is None or getattr(parallel, "enable_dp_attention", False):
+            return 1
+        return int(getattr(parallel, "dp_size", 1) or 1)
 
     def has_weight_update_session(self) -> bool:
         """Whether this SGLang has (and needs for tensor and distributed updates) a weight-update session."""
@@ -371,7 +382,7 @@ def load_names() -> SGLangNames:
         from sglang.srt.managers import io_struct, load_snapshot
         from sglang.srt.managers import tokenizer_manager as tm_module
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-        from sglang.srt.runtime_context import get_exec, get_serving
+        from sglang.srt.runtime_context import get_exec, get_parallel, get_serving
         from sglang.srt.utils.auth import AuthLevel
     except ImportError as exc:
         raise StartupError(
@@ -423,6 +434,7 @@ def load_names() -> SGLangNames:
         notes=notes(report),
         BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
         EndWeightUpdateReqInput=getattr(io_struct, "EndWeightUpdateReqInput", None),
+        parallel=get_parallel,
     )
     check_names(names)
     return names

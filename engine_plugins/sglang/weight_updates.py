@@ -18,6 +18,8 @@ it, passes through :meth:`WeightUpdates.run` (an AROUND hook on the TokenizerMan
   made outside ``begin_weight_update`` / ``end_weight_update``, which slime, AReaL, verl and
   ROLL do not call): it opens one around the call and closes it after, unless the caller has one
   open.
+- **refuses a tensor, distributed or IPC update on plain ``--dp-size`` replicas** with a 400
+  naming the disk update, which is the one SGLang's replicas take (SGLang asserts, a bare 500).
 - **makes the version the update carries (``weight_version``) one contract bump**, applied once
   the weights are loaded, through the ``update_weight_version`` hook (so spans, the staleness
   fence, ``/v1/loads`` and the metrics all see it); the same version sent again (slime sends it
@@ -70,6 +72,12 @@ class WeightUpdates:
         """Run SGLang's *method* on *obj* as the module says; returns SGLang's own answer
         (``(success, message, ...)``), its message naming what the plugin did."""
         names = self.names
+        replicas = names.replicas()
+        if method != "update_weights_from_disk" and replicas > 1:
+            # SGLang asserts a single replica here, which its route answers as a bare 500.
+            return names.update_answer(method, False, (
+                f"{method} does not work with --dp-size {replicas}: SGLang's data-parallel replicas take "
+                "their weights only from /update_weights_from_disk; nothing was loaded"))
         version = names.take_weight_version(obj)
         paused_here = not self._is_paused()
         if paused_here:

@@ -1,8 +1,9 @@
 """SGLang with data parallelism (``--dp-size 2``): what the contract suite cannot see from one rank.
 
 The contract suite runs unchanged on these targets too; these tests add that ``/v1/loads`` has one
-entry per DP rank, each counting the requests its scheduler runs, and that the contract's abort
-by id finds a request on whichever rank SGLang's data-parallel controller sent it to.
+entry per DP rank, each counting the requests its scheduler runs, that the contract's abort
+by id finds a request on whichever rank SGLang's data-parallel controller sent it to, and that a
+weight update the replicas cannot take is a 400 naming the one they can.
 """
 
 import asyncio
@@ -66,3 +67,16 @@ async def test_abort_by_id_finds_each_request_on_whichever_rank_holds_it(target)
         finally:
             await api.ok("POST", "/abort_requests", {"wait": True})
             await asyncio.gather(*tasks)
+
+
+async def test_a_tensor_update_on_replicas_is_a_400_naming_the_disk_update_and_the_server_goes_on(target):
+    # SGLang's replicas take weights only from disk: its own answer is an assert, a bare 500.
+    async with Api(target) as api:
+        before = await api.loads()
+        response = await api.post("/update_weights_from_tensor", {"serialized_named_tensors": ["x"], "weight_version": "never"})
+        after = await api.generate(4)
+        loads = await api.loads()
+    assert response.status_code == 400, response.text
+    message = response.json()["message"]
+    assert "--dp-size 2" in message and "/update_weights_from_disk" in message and "nothing was loaded" in message
+    assert after["finish_reason"] == "length" and loads["weight_version"] == before["weight_version"]

@@ -41,6 +41,7 @@ def main() -> None:
         admin_api_key=args.admin_api_key,
         tokenizer_worker_num=args.tokenizer_worker_num,
         enable_deterministic_inference=args.enable_deterministic_inference,
+        dp_size=args.dp_size,
     )
     if args.plugin:
         install(fake_names(serving))

@@ -33,6 +33,7 @@ def fake_names(serving: SimpleNamespace) -> SGLangNames:
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
         BeginWeightUpdateReqInput=BeginWeightUpdateReqInput,
         EndWeightUpdateReqInput=EndWeightUpdateReqInput,
+        parallel=lambda: SimpleNamespace(dp_size=getattr(serving, "dp_size", 1)),
     )
     check_names(names)
     return names
