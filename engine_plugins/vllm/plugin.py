@@ -34,6 +34,7 @@ from .engine_names import VllmEngine, VllmNames
 from .routes import mount
 from .seam import VllmSeam
 from .tracking import Tracker
+from .weight_routes import GuardWeightRoutes
 
 # Under "vllm." so that vLLM's own log handler (configured for the "vllm" logger) prints it.
 logger = logging.getLogger("vllm." + __name__)
@@ -72,6 +73,8 @@ class VllmEndpointPlugin:
             router.routes.extend([*self._stack.router.routes, *alias_router.routes])
         report = mount(app, router, self._stack.settings.replace_native_routes)
         app.add_middleware(ApiServerHeader, identity=self._api_server)
+        # The weight and memory routes vLLM's own key middleware leaves open: the contract's key rule.
+        app.add_middleware(GuardWeightRoutes, keys=lambda: self._keys or [self._stack.settings.api_key or ""])
         # An abort with wait answers after the answers of the requests it covered are written.
         install_outermost(app)
         for line in report.lines():
