@@ -59,6 +59,8 @@ SMOKE = frozenset({
     "contract/test_pause.py::test_pause_abort_returns_in_flight_work_and_refuses_new_work_until_resume",
     "contract/test_pause.py::test_pause_keep_holds_requests_and_continues_them_after_resume",
     "test_engine_versions.py::test_the_startup_log_names_the_version_and_its_shims",
+    "contract/test_weight_swap.py::test_a_keep_swap_holds_the_requests_until_the_commit_which_applies_the_version_once",
+    "sglang/test_sglang_weight_updates.py::test_an_in_place_pause_and_a_stock_disk_update_answer_200_with_one_version_and_keep_the_requests",
 })
 VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
 # The targets that run only SMOKE: those, and the fake that follows vLLM 0.31 (its shims, fast).

@@ -283,13 +283,13 @@ class SGLangNames:
         """Whether this SGLang has (and needs for tensor and distributed updates) a weight-update session."""
         return self.BeginWeightUpdateReqInput is not None
 
-    def begin_weight_update_request(self) -> Any:
-        """``BeginWeightUpdateReqInput()``: a session over every model runner."""
-        return self.BeginWeightUpdateReqInput()
+    async def begin_weight_update(self, tm: Any, request: Any) -> tuple:
+        """The TokenizerManager's ``begin_weight_update``: a session over every model runner."""
+        return await tm.begin_weight_update(self.BeginWeightUpdateReqInput(), request)
 
-    def end_weight_update_request(self) -> Any:
-        """``EndWeightUpdateReqInput()``."""
-        return self.EndWeightUpdateReqInput()
+    async def end_weight_update(self, tm: Any, request: Any) -> tuple:
+        """The TokenizerManager's ``end_weight_update``."""
+        return await tm.end_weight_update(self.EndWeightUpdateReqInput(), request)
 
     @staticmethod
     def update_answer(method: str, success: bool, message: str) -> tuple:

@@ -89,14 +89,14 @@ class WeightUpdates:
                 notes.append("the cache flush was skipped (requests hold KV); the prefix cache is scoped anew instead")
             session = method in SESSION_METHODS and names.has_weight_update_session() and not self.session_open
             if session:
-                opened = await tm.begin_weight_update(names.begin_weight_update_request(), request)
+                opened = await names.begin_weight_update(tm, request)
                 if not opened[0]:
                     return names.update_answer(method, False, f"begin_weight_update failed: {opened[1]}")
             try:
                 answer = await original(tm, obj, request)
             finally:
                 if session:
-                    closed = await tm.end_weight_update(names.end_weight_update_request(), request)
+                    closed = await names.end_weight_update(tm, request)
             if session and not closed[0]:
                 return names.update_answer(method, False, f"{answer[1]}; end_weight_update failed: {closed[1]}")
             if session:

@@ -1,18 +1,23 @@
-"""SGLang's own weight-update routes, as the frameworks call them, on the SGLang fake with the
-plugin (the same sequences with real weights on a real SGLang: tests/swap/test_sglang_swap.py).
+"""SGLang's own weight-update routes, as the frameworks call them, with the plugin: on the SGLang
+fake, and the first sequence on every real SGLang release too, with its random weights loaded
+again (``load_format: dummy``); the same sequences with real weights, and the probe that proves
+which are loaded, are tests/swap/test_sglang_swap.py.
 
 The fake's scheduler answers as SGLang 0.5.23's does: an update's cache flush is refused while
 requests run or are frozen in place (the update then answers 400 although the weights were
-loaded), and a tensor update outside a weight-update session is refused.
+loaded), and a tensor update outside a weight-update session is refused. On 0.5.20 the first
+sequence without the plugin kills the scheduler (docs/engine-notes.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
 from contract.api import Api
+from engine_versions import SUPPORTED
 from frameworks.native import client, sglang_generate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang-stub")]
@@ -25,26 +30,44 @@ async def scheduler(http) -> dict:
     return (await http.get("/fake/scheduler")).json()
 
 
+@pytest.mark.targets("sglang-stub", "sglang", *(str(r) for r in SUPPORTED if r.engine == "sglang" and r.tested == "real"))
 async def test_an_in_place_pause_and_a_stock_disk_update_answer_200_with_one_version_and_keep_the_requests(target):
+    # AReaL's sequence (areal/engine/sglang_remote.py): in_place pause, update with SGLang's
+    # defaults (flush_cache true), continue.
+    version = f"disk-{uuid.uuid4().hex[:8]}"
     async with Api(target) as api, client(target) as http:
         before = (await api.loads())["weight_version"]
-        flushes = (await scheduler(http))["flushes"]
+        model_path = (await http.get("/model_info")).json()["model_path"]
         tasks = [sglang_generate(http, target.finish_tokens) for _ in range(RUNNING)]
         await api.wait_in_flight(RUNNING, running=True)
         (await http.post("/pause_generation", json={"mode": "in_place"})).raise_for_status()
-        update = await http.post("/update_weights_from_disk", json={"model_path": "/checkpoints/b", "weight_version": "disk-b"})
+        update = await http.post("/update_weights_from_disk", json={"model_path": model_path, "load_format": "dummy",
+                                                                    "weight_version": version})
         (await http.post("/continue_generation", json={})).raise_for_status()
         outputs = await asyncio.gather(*tasks)
-        state = await scheduler(http)
+        info = (await http.get("/model_info")).json()
         loads = await api.loads()
     assert update.status_code == 200, update.text
-    assert "cache flush was skipped" in update.json()["message"] and "Weight version updated to disk-b" in update.json()["message"]
-    assert state == {"weights": "/checkpoints/b", "flushes": flushes, "weight_version": "disk-b"}
-    assert loads["weight_version"] == "disk-b"
+    assert "cache flush was skipped" in update.json()["message"] and f"Weight version updated to {version}" in update.json()["message"]
+    assert info["weight_version"] == loads["weight_version"] == version
     for out in outputs:
         meta = out["meta_info"]
-        assert meta["finish_reason"]["type"] == "length"
-        assert [s["version"] for s in meta["weight_versions"]] == [before, "disk-b"]
+        assert meta["finish_reason"]["type"] == "length" and meta["weight_version"] == version
+        assert [s["version"] for s in meta["weight_versions"]] == [before, version]
+
+
+async def test_the_fakes_scheduler_loaded_the_weights_without_the_flush_it_would_refuse(target):
+    async with Api(target) as api, client(target) as http:
+        flushes = (await scheduler(http))["flushes"]
+        tasks = api.start(RUNNING, target.finish_tokens, prefix="fake-disk")
+        await api.wait_in_flight(RUNNING, running=True)
+        await api.ok("POST", "/pause", {"mode": "keep", "clear_cache": False})
+        update = await http.post("/update_weights_from_disk", json={"model_path": "/checkpoints/b", "weight_version": "disk-b"})
+        await api.ok("POST", "/resume")
+        await asyncio.gather(*tasks)
+        state = await scheduler(http)
+    assert update.status_code == 200, update.text
+    assert state == {"weights": "/checkpoints/b", "flushes": flushes, "weight_version": "disk-b"}
 
 
 async def test_a_sessionless_tensor_update_gets_a_session_and_flushes_under_a_contract_keep_pause(target):

@@ -183,6 +183,13 @@ async def end_weight_update(request: Request) -> Any:
     return _weights_answer(*await _global_state.tokenizer_manager.end_weight_update(EndWeightUpdateReqInput(), request))
 
 
+@app.get("/model_info")
+async def model_info() -> Any:
+    """SGLang's route (812-835): the fields the tests read."""
+    tm = _global_state.tokenizer_manager
+    return {"model_path": tm.scheduler.weights, "weight_version": tm.config_value("weight_version")}
+
+
 @app.get("/fake/scheduler")
 async def scheduler_state() -> Any:
     """The first rank's weights and flush count (not an SGLang route)."""
