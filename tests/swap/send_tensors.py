@@ -1,14 +1,15 @@
 """Sends a checkpoint's weights to an SGLang server as tensors, as slime's and AReaL's weight sync do.
 
-    python tests/swap/send_tensors.py URL KEY CHECKPOINT [--weight-version V] [--session]
+    python tests/swap/send_tensors.py URL KEY CHECKPOINT [--weight-version V] [--no-flush] [--session [--bump V]]
 
 Runs with the SGLang venv's python (SGLang's serializer and torch): the checkpoint's tensors,
 serialized by SGLang's ``MultiprocessingSerializer`` (the tensors are shared with the server
 through shared memory, so this process stays alive until the server answers), go to
-``POST /update_weights_from_tensor`` with SGLang's defaults (``flush_cache`` true); with
-``--session`` inside ``/begin_weight_update`` and ``/end_weight_update``, as miles does, else
-without, as slime, AReaL, verl and ROLL do. Prints each answer as one JSON line
-``{"route", "status", "body"}``.
+``POST /update_weights_from_tensor`` with SGLang's defaults (``flush_cache`` true; false with
+``--no-flush``, as slime and ROLL send it); with ``--session`` inside ``/begin_weight_update`` and
+``/end_weight_update``, as miles does (``--bump``: and its ``/update_weight_version`` between the
+update and the end), else without, as slime, AReaL, verl and ROLL do. Prints each answer as one
+JSON line ``{"route", "status", "body"}``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def main() -> None:
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--weight-version", default=None)
     parser.add_argument("--session", action="store_true")
+    parser.add_argument("--no-flush", action="store_true")
+    parser.add_argument("--bump", default=None)
     args = parser.parse_args()
 
     import torch.multiprocessing
@@ -51,9 +54,13 @@ def main() -> None:
     body: dict = {"serialized_named_tensors": [payload]}
     if args.weight_version is not None:
         body["weight_version"] = args.weight_version
+    if args.no_flush:
+        body["flush_cache"] = False
     if args.session:
         post("/begin_weight_update", {})
     post("/update_weights_from_tensor", body)
+    if args.bump is not None:
+        post("/update_weight_version", {"new_version": args.bump, "abort_all_requests": False})
     if args.session:
         post("/end_weight_update", {})
 

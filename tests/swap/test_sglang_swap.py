@@ -18,42 +18,11 @@ import pytest
 from contract.api import Api
 from frameworks.native import client, sglang_generate
 
-from .probe import probe, send_tensors
+from .helpers import probe, send_tensors, sglang_load, sglang_references, sglang_versions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang-weights")]
 
 RUNNING = 4
-
-
-async def load(http, checkpoint, **body) -> dict:
-    """SGLang's ``/update_weights_from_disk`` with its defaults (``flush_cache`` true), 200 or fail."""
-    response = await http.post("/update_weights_from_disk", json={"model_path": str(checkpoint), **body})
-    assert response.status_code == 200, f"/update_weights_from_disk -> {response.status_code} {response.text}"
-    answer = response.json()
-    assert answer["success"] is True, answer
-    return answer
-
-
-async def references(api: Api, http, target) -> tuple[list[int], list[int]]:
-    """The probe's output with A loaded and with B loaded (each swapped in while idle, where SGLang
-    flushes its cache itself), ending with A loaded."""
-    a, b = target.checkpoints
-    outputs = []
-    for checkpoint in (b, a):
-        await load(http, checkpoint)
-        outputs.append((await probe(api))[0])
-    ref_b, ref_a = outputs
-    assert ref_a != ref_b, "setup: the two checkpoints give the same greedy probe"
-    return ref_a, ref_b
-
-
-async def versions_everywhere(api: Api, http) -> set[str]:
-    """The weight version as SGLang's ``/model_info``, a new request's ``meta_info`` and the
-    contract's ``/v1/loads`` report it."""
-    info = (await http.get("/model_info")).json()
-    meta = (await sglang_generate(http, 2))["meta_info"]
-    loads = await api.loads()
-    return {info["weight_version"], meta["weight_version"], loads["weight_version"]}
 
 
 async def test_areals_in_place_pause_and_a_stock_disk_update_load_the_weights_and_keep_the_requests(target):
@@ -61,18 +30,18 @@ async def test_areals_in_place_pause_and_a_stock_disk_update_load_the_weights_an
     # SGLang's defaults (flush_cache true) and the new version, continue.
     a, b = target.checkpoints
     async with Api(target) as api, client(target) as http:
-        ref_a, ref_b = await references(api, http, target)
+        ref_a, ref_b = await sglang_references(api, http, target)
         await probe(api)  # cached under A: a reuse after the swap would show
         before = (await api.loads())["weight_version"]
         tasks = [sglang_generate(http, target.finish_tokens) for _ in range(RUNNING)]
         await api.wait_in_flight(RUNNING, running=True)
         (await http.post("/pause_generation", json={"mode": "in_place"})).raise_for_status()
-        answer = await load(http, b, weight_version="swap-b")
+        answer = await sglang_load(http, b, weight_version="swap-b")
         (await http.post("/continue_generation", json={})).raise_for_status()
         outputs = await asyncio.gather(*tasks)
         after, cached = await probe(api)
-        everywhere = await versions_everywhere(api, http)
-        await load(http, a, weight_version="swap-a")
+        everywhere = await sglang_versions(api, http)
+        await sglang_load(http, a, weight_version="swap-a")
         back, _ = await probe(api)
     assert "Weight version updated to swap-b" in answer["message"], answer
     for out in outputs:
@@ -92,7 +61,7 @@ async def test_a_contract_keep_pause_and_a_sessionless_tensor_update_load_the_we
     # KV on resume, under the new weights) and resume.
     a, b = target.checkpoints
     async with Api(target) as api, client(target) as http:
-        ref_a, ref_b = await references(api, http, target)
+        ref_a, ref_b = await sglang_references(api, http, target)
         tasks = api.start(RUNNING, target.finish_tokens, prefix="keep")
         await api.wait_in_flight(RUNNING, running=True)
         paused = await api.ok("POST", "/pause", {"mode": "keep"})
@@ -100,8 +69,8 @@ async def test_a_contract_keep_pause_and_a_sessionless_tensor_update_load_the_we
         await api.ok("POST", "/resume")
         results = await asyncio.gather(*tasks)
         after, _ = await probe(api)
-        everywhere = await versions_everywhere(api, http)
-        await load(http, a)
+        everywhere = await sglang_versions(api, http)
+        await sglang_load(http, a)
         back, _ = await probe(api)
     assert paused == {"is_paused": True, "mode": "keep"}
     [update] = answers
@@ -119,15 +88,15 @@ async def test_an_update_that_arrives_unpaused_runs_at_once_and_the_requests_go_
     # the plugin pauses in place for it instead.
     a, b = target.checkpoints
     async with Api(target) as api, client(target) as http:
-        ref_a, ref_b = await references(api, http, target)
+        ref_a, ref_b = await sglang_references(api, http, target)
         tasks = api.start(RUNNING, target.long_tokens, prefix="unpaused")
         await api.wait_in_flight(RUNNING, running=True)
-        await load(http, b, weight_version="unpaused-b")
+        await sglang_load(http, b, weight_version="unpaused-b")
         loads = await api.loads()
         after, _ = await probe(api)
         await api.ok("POST", "/abort_requests", {"wait": True})
         results = await asyncio.gather(*tasks)
-        await load(http, a)
+        await sglang_load(http, a)
         back, _ = await probe(api)
     assert loads["in_flight"] >= RUNNING and loads["paused"] is False, "the update returned while the requests ran on"
     for result in results:

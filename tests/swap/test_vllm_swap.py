@@ -13,29 +13,11 @@ import pytest
 
 from contract.api import Api
 
-from .probe import probe
+from .helpers import probe, vllm_references, vllm_reload
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-weights")]
 
 RUNNING = 4
-
-
-async def reload(api: Api, checkpoint) -> None:
-    """vLLM's ``/collective_rpc`` of the workers' ``reload_weights`` from *checkpoint*."""
-    response = await api.post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(checkpoint)}})
-    assert response.status_code == 200, f"/collective_rpc -> {response.status_code} {response.text}"
-
-
-async def references(api: Api, target) -> tuple[list[int], list[int]]:
-    """The probe's output with A loaded and with B loaded (each reloaded while idle), ending with A."""
-    a, b = target.checkpoints
-    outputs = []
-    for checkpoint in (b, a):
-        await reload(api, checkpoint)
-        outputs.append((await probe(api))[0])
-    ref_b, ref_a = outputs
-    assert ref_a != ref_b, "setup: the two checkpoints give the same greedy probe"
-    return ref_a, ref_b
 
 
 async def test_keep_clears_the_prefix_cache_unless_told_not_to_as_vllm_does(target):
@@ -57,19 +39,19 @@ async def test_keep_clears_the_prefix_cache_unless_told_not_to_as_vllm_does(targ
 async def test_a_keep_pause_and_a_reload_load_the_weights_and_keep_the_requests(target):
     a, b = target.checkpoints
     async with Api(target) as api:
-        ref_a, ref_b = await references(api, target)
+        ref_a, ref_b = await vllm_references(api, target)
         await probe(api)  # cached under A
         tasks = api.start(RUNNING, target.finish_tokens, prefix="reload")
         await api.wait_in_flight(RUNNING, running=True)
         await api.ok("POST", "/pause", params={"mode": "keep"})
-        await reload(api, b)
+        await vllm_reload(api, b)
         await api.ok("POST", "/update_weight_version", {"new_version": "reload-b"})
         await api.ok("POST", "/resume")
         results = await asyncio.gather(*tasks)
         after, cached = await probe(api)
         info = await api.ok("GET", "/weight_info")
         loads = await api.loads()
-        await reload(api, a)
+        await vllm_reload(api, a)
         back, _ = await probe(api)
     for result in results:
         assert result["finish_reason"] == "length" and len(result["output_ids"]) == target.finish_tokens
@@ -79,18 +61,20 @@ async def test_a_keep_pause_and_a_reload_load_the_weights_and_keep_the_requests(
     assert back == ref_a
 
 
-async def test_after_a_reload_that_keeps_kv_no_new_request_reuses_the_old_weights_cache(target):
-    # clear_cache false keeps the prefix cache; a reload with no version bump still scopes it anew.
+async def test_skyrls_keep_kv_pause_and_a_reload_with_no_version_leave_no_stale_prefix(target):
+    # SkyRL (skyrl worker_dispatch.py:697-711, remote_inference_client.py:985-1017) and prime-rl
+    # (utils/client.py:253-320) pause with clear_cache false, which keeps the prefix cache, load,
+    # resume, and tell the engine no version: the reload still scopes the cache anew.
     a, b = target.checkpoints
     async with Api(target) as api:
-        ref_a, ref_b = await references(api, target)
+        ref_a, ref_b = await vllm_references(api, target)
         await probe(api)
         _, warm = await probe(api)
         await api.ok("POST", "/pause", params={"mode": "keep", "clear_cache": "false"})
-        await reload(api, b)
+        await vllm_reload(api, b)
         await api.ok("POST", "/resume")
         after, cached = await probe(api)
-        await reload(api, a)
+        await vllm_reload(api, a)
         back, _ = await probe(api)
     assert warm > 0
     assert after == ref_b and cached == 0
