@@ -263,9 +263,9 @@ class SGLangNames:
         return bool(getattr(obj, "flush_cache", False))
 
     @staticmethod
-    def skip_flush(obj: Any) -> None:
-        """Load without the flush SGLang would refuse."""
-        obj.flush_cache = False
+    def set_flush(obj: Any, flush: bool) -> None:
+        """Whether SGLang flushes its cache after this weight update's load."""
+        obj.flush_cache = flush
 
     def flushes_while_retracted(self) -> bool:
         """Whether the scheduler flushes under a ``retract`` pause with requests waiting (0.5.21+)."""

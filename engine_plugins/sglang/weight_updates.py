@@ -14,6 +14,9 @@ it, passes through :meth:`WeightUpdates.run` (an AROUND hook on the TokenizerMan
   scheduler dies on an assert. Where the flush would be refused, the plugin asks for none: the
   prefix cache is scoped anew instead (:mod:`engine_plugins.cache_scope`), so that no request
   admitted after the update reuses KV computed before it, and the kept requests keep theirs.
+  Under a ``retract`` pause (the contract's keep, which promises a recompute under the new
+  weights) the flush runs even when the caller asked for none: a retracted request is prefilled
+  again under the salt it was admitted with, and would otherwise reuse its prompt's old KV.
 - **gives a sessionless tensor or distributed update its session** (SGLang 0.5.21+ refuses one
   made outside ``begin_weight_update`` / ``end_weight_update``, which slime, AReaL, verl and
   ROLL do not call): it opens one around the call and closes it after, unless the caller has one
@@ -84,9 +87,15 @@ class WeightUpdates:
             await self._pause(request)
         try:
             notes = []
-            if names.wants_flush(obj) and not self._flush_would_run(tm):
-                names.skip_flush(obj)
+            can_flush = self._flush_would_run(tm)
+            if names.wants_flush(obj) and not can_flush:
+                names.set_flush(obj, False)
                 notes.append("the cache flush was skipped (requests hold KV); the prefix cache is scoped anew instead")
+            elif not names.wants_flush(obj) and can_flush and tracker_for(names, tm).scheduler_pause == "retract":
+                # A retracted request is prefilled again under the salt it was admitted with:
+                # without the flush it would reuse its prompt's KV from the old weights.
+                names.set_flush(obj, True)
+                notes.append("the cache was flushed: the requests the retract pause holds are recomputed under the new weights")
             session = method in SESSION_METHODS and names.has_weight_update_session() and not self.session_open
             if session:
                 opened = await names.begin_weight_update(tm, request)
