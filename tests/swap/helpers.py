@@ -12,9 +12,10 @@ import json
 import random
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from contract.api import Api
+from frameworks.native import sglang_generate
 from targets import TESTS, Target
 
 PROBE_IDS = random.Random(8).choices(range(3, 300), k=600)
@@ -66,13 +67,13 @@ async def sglang_load(http, checkpoint, **body) -> dict:
     return answer
 
 
-async def sglang_references(api: Api, http, target: Target) -> tuple[list[int], list[int]]:
-    """The probe's output with A loaded and with B loaded (each swapped in while idle, where SGLang
-    flushes its cache itself), ending with A loaded."""
+async def references(api: Api, target: Target, load: Callable[[Path], Awaitable[Any]]) -> tuple[list[int], list[int]]:
+    """The probe's output with A loaded and with B loaded (each loaded by *load* while idle, where
+    the engines flush or scope their caches themselves), ending with A loaded."""
     a, b = target.checkpoints
     outputs = []
     for checkpoint in (b, a):
-        await sglang_load(http, checkpoint)
+        await load(checkpoint)
         outputs.append((await probe(api))[0])
     ref_b, ref_a = outputs
     assert ref_a != ref_b, "setup: the two checkpoints give the same greedy probe"
@@ -82,8 +83,6 @@ async def sglang_references(api: Api, http, target: Target) -> tuple[list[int], 
 async def sglang_versions(api: Api, http) -> set[str]:
     """The weight version as SGLang's ``/model_info``, a new request's ``meta_info`` and the
     contract's ``/v1/loads`` report it."""
-    from frameworks.native import sglang_generate
-
     info = (await http.get("/model_info")).json()
     meta = (await sglang_generate(http, 2))["meta_info"]
     loads = await api.loads()
@@ -94,15 +93,3 @@ async def vllm_reload(api: Api, checkpoint) -> None:
     """vLLM's ``/collective_rpc`` of the workers' ``reload_weights`` from *checkpoint*."""
     response = await api.post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(checkpoint)}})
     assert response.status_code == 200, f"/collective_rpc -> {response.status_code} {response.text}"
-
-
-async def vllm_references(api: Api, target: Target) -> tuple[list[int], list[int]]:
-    """The probe's output with A loaded and with B loaded (each reloaded while idle), ending with A."""
-    a, b = target.checkpoints
-    outputs = []
-    for checkpoint in (b, a):
-        await vllm_reload(api, checkpoint)
-        outputs.append((await probe(api))[0])
-    ref_b, ref_a = outputs
-    assert ref_a != ref_b, "setup: the two checkpoints give the same greedy probe"
-    return ref_a, ref_b

@@ -32,7 +32,7 @@ import pytest
 from contract.api import Api
 from frameworks.native import client, sglang_generate
 
-from .helpers import probe, send_tensors, sglang_load, sglang_references, sglang_versions, vllm_references, vllm_reload
+from .helpers import probe, references, send_tensors, sglang_load, sglang_versions, vllm_reload
 
 pytestmark = pytest.mark.anyio
 
@@ -52,7 +52,7 @@ async def flush(http) -> None:
 async def test_slimes_abort_pause_flush_and_sessionless_tensor_chunks(target):
     a, b = target.checkpoints
     async with Api(target) as api, client(target) as http:
-        ref_a, ref_b = await sglang_references(api, http, target)
+        ref_a, ref_b = await references(api, target, lambda c: sglang_load(http, c))
         tasks = [sglang_generate(http, target.long_tokens) for _ in range(RUNNING)]
         await api.wait_in_flight(RUNNING, running=True)
         (await http.post("/pause_generation", json={})).raise_for_status()
@@ -74,7 +74,7 @@ async def test_slimes_abort_pause_flush_and_sessionless_tensor_chunks(target):
 async def test_miles_retract_flush_and_a_session_with_its_own_bump(target):
     a, b = target.checkpoints
     async with Api(target) as api, client(target) as http:
-        ref_a, ref_b = await sglang_references(api, http, target)
+        ref_a, ref_b = await references(api, target, lambda c: sglang_load(http, c))
         tasks = [sglang_generate(http, target.finish_tokens) for _ in range(RUNNING)]
         await api.wait_in_flight(RUNNING, running=True)
         (await http.post("/pause_generation", json={"mode": "retract"})).raise_for_status()
@@ -98,7 +98,7 @@ async def test_miles_retract_flush_and_a_session_with_its_own_bump(target):
 async def test_rolls_unpaused_tensor_update_then_its_flush(target):
     a, b = target.checkpoints
     async with Api(target) as api, client(target) as http:
-        ref_a, ref_b = await sglang_references(api, http, target)
+        ref_a, ref_b = await references(api, target, lambda c: sglang_load(http, c))
         tasks = [sglang_generate(http, target.finish_tokens) for _ in range(RUNNING)]
         await api.wait_in_flight(RUNNING, running=True)
         answers = await asyncio.to_thread(send_tensors, target, b, flush=False)
@@ -117,7 +117,7 @@ async def test_rolls_unpaused_tensor_update_then_its_flush(target):
 async def test_trls_keep_pause_recomputes_the_requests_under_the_new_weights(target):
     a, b = target.checkpoints
     async with Api(target) as api:
-        ref_a, ref_b = await vllm_references(api, target)
+        ref_a, ref_b = await references(api, target, lambda c: vllm_reload(api, c))
         tasks = api.start(RUNNING, target.finish_tokens, prefix="trl")
         await api.wait_in_flight(RUNNING, running=True)
         paused = await api.post("/pause", params={"mode": "keep"})
@@ -137,7 +137,7 @@ async def test_trls_keep_pause_recomputes_the_requests_under_the_new_weights(tar
 async def test_vimes_keep_pause_and_refused_cache_reset_leave_no_stale_prefix(target):
     a, b = target.checkpoints
     async with Api(target) as api:
-        ref_a, ref_b = await vllm_references(api, target)
+        ref_a, ref_b = await references(api, target, lambda c: vllm_reload(api, c))
         await probe(api)  # cached under A
         tasks = api.start(RUNNING, target.long_tokens, prefix="vime")
         await api.wait_in_flight(RUNNING, running=True)

@@ -18,7 +18,7 @@ import pytest
 from contract.api import Api
 from frameworks.native import client, sglang_generate
 
-from .helpers import probe, send_tensors, sglang_load, sglang_references, sglang_versions
+from .helpers import probe, references, send_tensors, sglang_load, sglang_versions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang-weights")]
 
@@ -30,7 +30,7 @@ async def test_areals_in_place_pause_and_a_stock_disk_update_load_the_weights_an
     # SGLang's defaults (flush_cache true) and the new version, continue.
     a, b = target.checkpoints
     async with Api(target) as api, client(target) as http:
-        ref_a, ref_b = await sglang_references(api, http, target)
+        ref_a, ref_b = await references(api, target, lambda c: sglang_load(http, c))
         await probe(api)  # cached under A: a reuse after the swap would show
         before = (await api.loads())["weight_version"]
         tasks = [sglang_generate(http, target.finish_tokens) for _ in range(RUNNING)]
@@ -61,7 +61,7 @@ async def test_a_contract_keep_pause_and_a_sessionless_tensor_update_load_the_we
     # KV on resume, under the new weights) and resume.
     a, b = target.checkpoints
     async with Api(target) as api, client(target) as http:
-        ref_a, ref_b = await sglang_references(api, http, target)
+        ref_a, ref_b = await references(api, target, lambda c: sglang_load(http, c))
         tasks = api.start(RUNNING, target.finish_tokens, prefix="keep")
         await api.wait_in_flight(RUNNING, running=True)
         paused = await api.ok("POST", "/pause", {"mode": "keep"})
@@ -88,7 +88,7 @@ async def test_an_update_that_arrives_unpaused_runs_at_once_and_the_requests_go_
     # the plugin pauses in place for it instead.
     a, b = target.checkpoints
     async with Api(target) as api, client(target) as http:
-        ref_a, ref_b = await sglang_references(api, http, target)
+        ref_a, ref_b = await references(api, target, lambda c: sglang_load(http, c))
         tasks = api.start(RUNNING, target.long_tokens, prefix="unpaused")
         await api.wait_in_flight(RUNNING, running=True)
         await sglang_load(http, b, weight_version="unpaused-b")

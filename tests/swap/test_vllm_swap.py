@@ -13,7 +13,7 @@ import pytest
 
 from contract.api import Api
 
-from .helpers import probe, vllm_references, vllm_reload
+from .helpers import probe, references, vllm_reload
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-weights")]
 
@@ -39,7 +39,7 @@ async def test_keep_clears_the_prefix_cache_unless_told_not_to_as_vllm_does(targ
 async def test_a_keep_pause_and_a_reload_load_the_weights_and_keep_the_requests(target):
     a, b = target.checkpoints
     async with Api(target) as api:
-        ref_a, ref_b = await vllm_references(api, target)
+        ref_a, ref_b = await references(api, target, lambda c: vllm_reload(api, c))
         await probe(api)  # cached under A
         tasks = api.start(RUNNING, target.finish_tokens, prefix="reload")
         await api.wait_in_flight(RUNNING, running=True)
@@ -67,7 +67,7 @@ async def test_skyrls_keep_kv_pause_and_a_reload_with_no_version_leave_no_stale_
     # resume, and tell the engine no version: the reload still scopes the cache anew.
     a, b = target.checkpoints
     async with Api(target) as api:
-        ref_a, ref_b = await vllm_references(api, target)
+        ref_a, ref_b = await references(api, target, lambda c: vllm_reload(api, c))
         await probe(api)
         _, warm = await probe(api)
         await api.ok("POST", "/pause", params={"mode": "keep", "clear_cache": "false"})
