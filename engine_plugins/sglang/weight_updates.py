@@ -90,12 +90,12 @@ class WeightUpdates:
             can_flush = self._flush_would_run(tm)
             if names.wants_flush(obj) and not can_flush:
                 names.set_flush(obj, False)
-                notes.append("the cache flush was skipped (requests hold KV); the prefix cache is scoped anew instead")
+                notes.append("The cache flush was skipped (requests hold KV); the prefix cache is scoped anew instead.")
             elif not names.wants_flush(obj) and can_flush and tracker_for(names, tm).scheduler_pause == "retract":
                 # A retracted request is prefilled again under the salt it was admitted with:
                 # without the flush it would reuse its prompt's KV from the old weights.
                 names.set_flush(obj, True)
-                notes.append("the cache was flushed: the requests the retract pause holds are recomputed under the new weights")
+                notes.append("The cache was flushed: the requests the retract pause holds are recomputed under the new weights.")
             session = method in SESSION_METHODS and names.has_weight_update_session() and not self.session_open
             if session:
                 opened = await names.begin_weight_update(tm, request)
@@ -109,14 +109,14 @@ class WeightUpdates:
             if session and not closed[0]:
                 return names.update_answer(method, False, f"{answer[1]}; end_weight_update failed: {closed[1]}")
             if session:
-                notes.append("in a weight-update session the plugin opened and closed")
+                notes.append("The plugin opened and closed a weight-update session around it.")
             if not answer[0]:
                 return answer
             tracker_for(names, tm).registry.weights_loaded()
             if version is not None:
                 await self._bump(version, request)
                 notes.append(f"Weight version updated to {version}.")
-            return names.with_message(answer, " ".join([answer[1], *notes]))
+            return names.with_message(answer, " ".join([answer[1].rstrip(".") + ".", *notes]))
         finally:
             if paused_here:
                 await self._resume(request)

@@ -48,7 +48,7 @@ async def test_an_in_place_pause_and_a_stock_disk_update_answer_200_with_one_ver
         info = (await http.get("/model_info")).json()
         loads = await api.loads()
     assert update.status_code == 200, update.text
-    assert "cache flush was skipped" in update.json()["message"] and f"Weight version updated to {version}" in update.json()["message"]
+    assert "The cache flush was skipped" in update.json()["message"] and f"Weight version updated to {version}" in update.json()["message"]
     assert info["weight_version"] == loads["weight_version"] == version
     for out in outputs:
         meta = out["meta_info"]
@@ -82,7 +82,7 @@ async def test_a_sessionless_tensor_update_gets_a_session_and_flushes_under_a_co
         state = await scheduler(http)
         session = await http.post("/begin_weight_update", json={})
         await http.post("/end_weight_update", json={})
-    assert update.status_code == 200 and "session the plugin opened and closed" in update.json()["message"], update.text
+    assert update.status_code == 200 and "opened and closed a weight-update session" in update.json()["message"], update.text
     assert state == {"weights": "tensors", "flushes": flushes + 1, "weight_version": "tensor-b"}
     assert session.status_code == 200, "the plugin closed the session it opened"
     for result in results:

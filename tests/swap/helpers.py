@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -53,9 +54,13 @@ def send_tensors(target: Target, checkpoint: Path, weight_version: str | None = 
         command.append("--no-flush")
     if bump is not None:
         command += ["--bump", bump]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    # Files, not pipes: torch's shared-memory manager outlives the helper and would hold a pipe open.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        done = subprocess.run(command, stdout=out, stderr=err, text=True, timeout=300)
+        out.seek(0)
+        err.seek(0)
+        assert done.returncode == 0, err.read()[-3000:]
+        return [json.loads(line) for line in out.read().splitlines() if line.startswith("{")]
 
 
 async def sglang_load(http, checkpoint, **body) -> dict:
