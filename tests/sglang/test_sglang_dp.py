@@ -73,7 +73,7 @@ async def test_a_tensor_update_on_replicas_is_a_400_naming_the_disk_update_and_t
     # SGLang's replicas take weights only from disk: its own answer is an assert, a bare 500.
     async with Api(target) as api:
         before = await api.loads()
-        response = await api.post("/update_weights_from_tensor", {"serialized_named_tensors": ["x"], "weight_version": "never"})
+        response = await api.post("/update_weights_from_tensor", {"serialized_named_tensors": ["eA=="], "weight_version": "never"})
         after = await api.generate(4)
         loads = await api.loads()
     assert response.status_code == 400, response.text

@@ -25,23 +25,35 @@ pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang-stub")]
 RUNNING = 4
 
 
+@pytest.fixture(scope="session")
+def real_checkpoint(tmp_path_factory):
+    """A checkpoint of the real servers' tiny model with real weights, made once."""
+    from engine_plugins.launcher.engine_server import engine_paths
+    from targets import make_checkpoints
+
+    paths = engine_paths("sglang")
+    return make_checkpoints(paths.python, paths.model_dir, tmp_path_factory.mktemp("checkpoint"), seeds=(3,))[0]
+
+
 async def scheduler(http) -> dict:
     """The fake scheduler's weights, flush count and version."""
     return (await http.get("/fake/scheduler")).json()
 
 
 @pytest.mark.targets("sglang-stub", "sglang", *(str(r) for r in SUPPORTED if r.engine == "sglang" and r.tested == "real"))
-async def test_an_in_place_pause_and_a_stock_disk_update_answer_200_with_one_version_and_keep_the_requests(target):
+async def test_an_in_place_pause_and_a_stock_disk_update_answer_200_with_one_version_and_keep_the_requests(target, request):
     # AReaL's sequence (areal/engine/sglang_remote.py): in_place pause, update with SGLang's
-    # defaults (flush_cache true), continue.
+    # defaults (flush_cache true), continue. A real server (random weights, which SGLang cannot
+    # load again) loads a checkpoint of the same model with real weights.
     version = f"disk-{uuid.uuid4().hex[:8]}"
+    checkpoint = str(request.getfixturevalue("real_checkpoint")) if target.real else "/checkpoints/b"
     async with Api(target) as api, client(target) as http:
         before = (await api.loads())["weight_version"]
-        model_path = (await http.get("/model_info")).json()["model_path"]
         tasks = [sglang_generate(http, target.finish_tokens) for _ in range(RUNNING)]
         await api.wait_in_flight(RUNNING, running=True)
         (await http.post("/pause_generation", json={"mode": "in_place"})).raise_for_status()
-        update = await http.post("/update_weights_from_disk", json={"model_path": model_path, "load_format": "dummy",
+        # load_format: SGLang's default is the server's own, dummy here.
+        update = await http.post("/update_weights_from_disk", json={"model_path": checkpoint, "load_format": "auto",
                                                                     "weight_version": version})
         (await http.post("/continue_generation", json={})).raise_for_status()
         outputs = await asyncio.gather(*tasks)
