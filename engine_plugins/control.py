@@ -41,6 +41,8 @@ RID_PREFIX = "ep-"
 
 AbortDispatch = Callable[..., Awaitable[AbortResult]]
 """Called as ``dispatch(request_ids=, wait=, timeout_s=, reason=)``; returns the abort's result."""
+BumpDispatch = Callable[..., Awaitable[UpdateWeightVersionResult]]
+"""Called as ``dispatch(new_version=, abort_all_requests=)``; returns the bump's result."""
 
 # The reason of the abort hook call being answered, so that an abort reaching the control through
 # a plugin that does not pass the reason on still marks its requests with it.
@@ -103,6 +105,10 @@ class RolloutControl:
         """How the control makes its own aborts (pause in ``abort`` mode, a version bump that
         aborts): the plugin stack sets it to the ``abort`` hook, so that plugins see them too.
         None: :meth:`abort` directly."""
+        self.dispatch_bump: Optional[BumpDispatch] = None
+        """How the control's own operations bump the version (a weight swap's commit): the plugin
+        stack sets it to the ``update_weight_version`` hook, with the control the hooks get (on
+        a server of several API processes, the one over all of them), so that plugins count it."""
         # Per in-flight contract request: the latest snapshot and the version changes seen
         # while it ran, for spans when the engine reports none.
         self._latest: dict[str, Generation] = {}
@@ -352,9 +358,10 @@ class RolloutControl:
         """
         timeout = self.abort_timeout_s if timeout_s is None else timeout_s
         async with self._pause_state:
-            self.pause_mode, self._refusing = mode, mode == "abort"
             if weight_swap is not None:
+                self.refuse_second_swap(weight_swap)
                 self.weight_swap = weight_swap
+            self.pause_mode, self._refusing = mode, mode == "abort"
             if mode == "wait":
                 self._draining = drain = asyncio.ensure_future(self._drain(timeout, clear_cache))
             else:
@@ -420,6 +427,18 @@ class RolloutControl:
             engine = self.seam.engine_pause()
             mode = engine.mode if engine is not None and engine.paused else None
         return PauseState(is_paused=mode is not None, mode=mode, weight_swap=self.open_weight_swap())
+
+    def refuse_second_swap(self, swap: WeightSwap) -> None:
+        """A 409 when a swap other than *swap* is open and its lease has not run out: one swap at
+        a time (checked where the pause that begins *swap* holds the pause state)."""
+        current = self.open_weight_swap()
+        if current is not None and not current.expired and current.swap_id != swap.swap_id:
+            raise ContractError(
+                409,
+                f"weight swap {current.swap_id} to {current.version!r} is open (its lease runs out in "
+                f"{current.lease_expires_at - time.time():.0f} s): commit it first",
+                "conflict",
+            )
 
     def open_weight_swap(self) -> Optional[WeightSwap]:
         """The open weight swap, ``expired`` once its lease has run out; None when there is none."""

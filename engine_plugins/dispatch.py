@@ -114,6 +114,8 @@ class Hooks:
             raise ContractError(503, "the engine is not ready yet", "unavailable")
         if control.dispatch_abort is None:
             control.dispatch_abort = functools.partial(self._control_abort, control)
+        if control.dispatch_bump is None:
+            control.dispatch_bump = functools.partial(self._control_hook, control, "update_weight_version")
         return control
 
     async def call(self, name: str, http_request: Any = None, **kwargs: Any) -> Any:
@@ -139,6 +141,13 @@ class Hooks:
             )
         answer = _answered(answer, "abort")
         return answer if isinstance(answer, AbortResult) else AbortResult.model_validate(answer)
+
+    async def _control_hook(self, control: RolloutControl, name: str, **kwargs: Any) -> Any:
+        # Another of the control's own operations made inside one of its routes (a swap's bump).
+        answer = await first_answer(
+            self.pm, name, {**kwargs, "control": control, "http_request": _http_request.get()}, self._trace_calls
+        )
+        return _answered(answer, name)
 
 
 def _reason_of(name: str, kwargs: Mapping[str, Any]) -> Any:

@@ -87,6 +87,15 @@ class ServerControl:
     def dispatch_abort(self, value: Any) -> None:
         self.local.dispatch_abort = value
 
+    @property
+    def dispatch_bump(self) -> Any:
+        """The local control's bump dispatch (the plugin stack sets it to the bump hook, with this control)."""
+        return self.local.dispatch_bump
+
+    @dispatch_bump.setter
+    def dispatch_bump(self, value: Any) -> None:
+        self.local.dispatch_bump = value
+
     async def serve_peers(self) -> None:
         """Answer the other processes' calls with this process's share of each operation."""
         await self.peers.listen({
@@ -206,14 +215,16 @@ class ServerControl:
         if _local_only.get():
             return await self.local.pause(mode, timeout_s, clear_cache, weight_swap)
         timeout = self.local.abort_timeout_s if timeout_s is None else timeout_s
-        swap = weight_swap.model_dump() if weight_swap is not None else None
         if not self._owns_pause_state():
             answer = await self._at_owner("server_pause", timeout + 2 * QUICK_S, mode=mode, timeout_s=timeout,
-                                          clear_cache=clear_cache, weight_swap=swap)
+                                          clear_cache=clear_cache, weight_swap=_dumped(weight_swap))
             if answer is not None:
                 return PauseState.model_validate(answer)
             return await self._spread_pause(mode, timeout, clear_cache, weight_swap)
         async with self._pause_state:
+            if weight_swap is not None:
+                # Before any process records it: a refusal on one would undo the open swap's pause on all.
+                self.local.refuse_second_swap(weight_swap)
             self._draining = mode == "wait"
             try:
                 return await self._spread_pause(mode, timeout, clear_cache, weight_swap)
@@ -234,7 +245,7 @@ class ServerControl:
                 await self._failed_pause(spread, was_paused, "in abort mode")
         spread = await self._each(
             "pause", timeout, self.local.pause(mode, timeout, clear_cache, weight_swap), mode=mode, timeout_s=timeout,
-            clear_cache=clear_cache, weight_swap=weight_swap.model_dump() if weight_swap is not None else None,
+            clear_cache=clear_cache, weight_swap=_dumped(weight_swap),
         )
         if spread.failed:
             # A process that took abort mode and then gave no answer keeps it until a resume
@@ -429,6 +440,11 @@ async def _as_answer(operation: Awaitable[PauseState]) -> dict:
         return (await operation).model_dump()
     except ContractError as exc:
         return {"refused": {"status": exc.status, "message": exc.message, "type_": exc.type}}
+
+
+def _dumped(swap: Optional[WeightSwap]) -> Optional[dict]:
+    """A weight swap's record as it is sent to a peer."""
+    return swap.model_dump() if swap is not None else None
 
 
 def _swap(record: Optional[dict]) -> Optional[WeightSwap]:

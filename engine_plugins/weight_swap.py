@@ -32,15 +32,8 @@ from .schema import WeightSwap, WeightSwapResult
 async def begin_weight_swap(
     control: Any, version: str, mode: str, clear_cache: Optional[bool], lease_s: float, timeout_s: Optional[float] = None
 ) -> WeightSwapResult:
-    """Pause in *mode* for a swap to *version*; a 409 while another swap is open and not expired."""
-    current = control.open_weight_swap()
-    if current is not None and not current.expired:
-        raise ContractError(
-            409,
-            f"weight swap {current.swap_id} to {current.version!r} is open (its lease runs out in "
-            f"{current.lease_expires_at - time.time():.0f} s): commit it first",
-            "conflict",
-        )
+    """Pause in *mode* for a swap to *version*; a 409 while another swap is open and not expired
+    (checked by the pause, under the lock that orders pauses and resumes)."""
     now = time.time()
     swap = WeightSwap(
         swap_id="ws-" + uuid.uuid4().hex[:16], version=version, previous_version=control.weight_version(), mode=mode,
@@ -67,8 +60,10 @@ async def commit_weight_swap(control: Any, swap_id: Optional[str] = None, versio
         held = f"; the open swap is {swap.swap_id} to {swap.version!r}" if swap is not None else "; no swap is open"
         raise ContractError(404, f"no open weight swap with {named}{held}", "not_found")
     failed: Optional[ContractError] = None
+    # Through the bump hook when the plugin stack set it, so that the plugins (metrics) see it.
+    bump = control.dispatch_bump or control.update_weight_version
     try:
-        await control.update_weight_version(swap.version, False)
+        await bump(new_version=swap.version, abort_all_requests=False)
     except ContractError as exc:
         failed = exc
     try:

@@ -7,6 +7,7 @@ against each; the engine issues add their targets here.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import os
 import socket
@@ -52,15 +53,18 @@ class Target:
         return 300 if self.real else self.long_tokens
 
 
-def make_checkpoints(python: Path, base: Path, out_dir: Path, seeds: tuple[int, ...] = (1, 2)) -> tuple[Path, ...]:
-    """Checkpoints of the tiny model at *base* with real weights, one per seed, made now by
-    *python* (an engine venv's: it has torch and transformers) under *out_dir*."""
+def make_checkpoints(python: Path, base: Path, seeds: tuple[int, ...] = (1, 2)) -> tuple[Path, ...]:
+    """Checkpoints of the tiny model at *base* with real weights, one per seed, made by *python*
+    (an engine venv's: it has torch and transformers) beside *base* the first time, and kept
+    there (named by the script's hash, so that a change to it makes them anew)."""
     script = TESTS / "swap" / "make_checkpoint.py"
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()[:12]
     made = []
     for seed in seeds:
-        out = out_dir / f"checkpoint-{seed}"
-        subprocess.run([str(python), str(script), str(base), str(out), "--seed", str(seed)], check=True,
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        out = base.with_name(f"{base.name}-checkpoint-{seed}-{digest}")
+        if not (out / "model.safetensors").exists():  # the script writes it last, by a rename
+            subprocess.run([str(python), str(script), str(base), str(out), "--seed", str(seed)], check=True,
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         made.append(out)
     return tuple(made)
 
@@ -187,3 +191,7 @@ for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
     REAL_TARGETS.update(getattr(_targets, "REAL_TARGETS", ()))
     OPT_IN_TARGETS |= getattr(_targets, "OPT_IN_TARGETS", set())
     DEDICATED_TARGETS |= getattr(_targets, "DEDICATED_TARGETS", set())
+
+# The targets whose engine has routes of its own (every one but the stub), for the tests of what
+# only real engines do; the dedicated weight-swap servers are left to the tests that name them.
+ENGINE_TARGETS = tuple(name for name in TARGETS if name != "stub" and name not in DEDICATED_TARGETS)

@@ -47,7 +47,7 @@ def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS,
     paths = ensure_engine("sglang", REPO, version=version)
     checkpoints, model_args = (), []
     if real_weights:
-        checkpoints = make_checkpoints(paths.python, paths.model_dir, tmp_dir)
+        checkpoints = make_checkpoints(paths.python, paths.model_dir)
         model_args = ["--load-format", "auto"]
     server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=[*extra_args, *model_args], env=env,
                           log_path=tmp_dir / "sglang.log", version=version, model_dir=checkpoints[0] if checkpoints else None)

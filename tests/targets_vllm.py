@@ -35,7 +35,7 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
     paths = ensure_engine("vllm", REPO, version=version)
     checkpoints: tuple[Path, ...] = ()
     if real_weights:
-        checkpoints = make_checkpoints(paths.python, paths.model_dir, tmp_dir)
+        checkpoints = make_checkpoints(paths.python, paths.model_dir)
         extra_args = (*extra_args, "--load-format", "auto")
     server_env = {"VLLM_PLUGINS": "engine_plugins", **(env or {})}
     # long_tokens: about 7 s of generation for one request with the tiny model, longer than the

@@ -38,6 +38,10 @@ class Instruments:
     """Gauge: requests the server has accepted and not released."""
     requests_held: Any
     """Gauge: of those, requests held before the scheduler (tokenizing, at a pause gate)."""
+    weight_swap_open: Any
+    """Gauge: 1 while a weight swap is open (begun, not committed)."""
+    weight_swap_lease_expires: Any
+    """Gauge: when the open weight swap's lease runs out (Unix time; 0 without one)."""
     prefix_cache_queries: Any
     """Counter: prompt tokens of partial generations whose prefix-cache hits the engine reported."""
     prefix_cache_hits: Any
@@ -94,6 +98,16 @@ def _make() -> Instruments:
         requests_held=Gauge(
             PREFIX + "requests_held",
             "Requests accepted but held before the scheduler (tokenizing, at a pause gate)",
+            multiprocess_mode=gauge_mode,
+        ),
+        weight_swap_open=Gauge(
+            PREFIX + "weight_swap_open", "1 while a weight swap is open (begun, not committed)", multiprocess_mode=gauge_mode
+        ),
+        # A timestamp, not an "expired" flag: multiprocess mode cannot compute one at scrape time,
+        # and an alert compares it with time() (as with certificate expiry).
+        weight_swap_lease_expires=Gauge(
+            PREFIX + "weight_swap_lease_expires_timestamp_seconds",
+            "When the open weight swap's lease runs out (Unix time; 0 without one): past it, the trainer is gone",
             multiprocess_mode=gauge_mode,
         ),
         prefix_cache_queries=Counter(

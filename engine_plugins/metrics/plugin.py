@@ -1,8 +1,9 @@
 """The metrics plugin's hooks: it decorates the operations it measures and observes the others.
 
-``abort``, ``update_weight_version`` and ``partial_generate`` call the control themselves and
-record what it did, so they answer: the implementations after this plugin (the engine's own,
-and plugins registered before this one) are not called for these three. ``loads``, ``pause``,
+``abort``, ``update_weight_version``, ``partial_generate`` and the weight swap's ``begin`` and
+``commit`` call the control themselves and record what it did, so they answer: the
+implementations after this plugin (the engine's own, and plugins registered before this one)
+are not called for these. ``loads``, ``pause``,
 ``resume`` and ``is_paused`` only refresh the gauges and defer. Only the hooks' arguments are
 used: the control's operations, its registry of in-flight requests, and the request's path.
 """
@@ -13,7 +14,7 @@ import time
 import weakref
 from typing import Any, Callable, Optional
 
-from engine_plugins import hookimpl
+from engine_plugins import hookimpl, weight_swap
 
 from . import instruments
 from .instruments import Instruments
@@ -69,6 +70,30 @@ async def partial_generate(control, input_ids, sampling_params, request_id, max_
 
 
 @hookimpl
+async def begin_weight_swap(control, version, mode, clear_cache, lease_s, timeout_s):
+    """Begin the swap through the control; show it open, with its lease."""
+    m = instruments.get()
+    if m is None:
+        return None
+    try:
+        return await weight_swap.begin_weight_swap(control, version, mode, clear_cache, lease_s, timeout_s)
+    finally:
+        _refresh(m, control)
+
+
+@hookimpl
+async def commit_weight_swap(control, swap_id, version):
+    """Commit the swap through the control; show it closed."""
+    m = instruments.get()
+    if m is None:
+        return None
+    try:
+        return await weight_swap.commit_weight_swap(control, swap_id, version)
+    finally:
+        _refresh(m, control)
+
+
+@hookimpl
 def loads(control):
     """Refresh the gauges; the next implementation answers."""
     _observe(control)
@@ -111,6 +136,9 @@ _shown_version: Optional[str] = None
 
 def _refresh(m: Instruments, control: Any) -> None:
     _show_version(m, control.weight_version())
+    swap = control.open_weight_swap()
+    m.weight_swap_open.set(0 if swap is None else 1)
+    m.weight_swap_lease_expires.set(0 if swap is None else swap.lease_expires_at)
     if m.multiprocess:
         # Multiprocess mode exports only what is written to its files, not callbacks: the
         # gauges hold the figures of the last contract call.

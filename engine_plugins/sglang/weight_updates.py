@@ -82,16 +82,17 @@ class WeightUpdates:
                 f"{method} does not work with --dp-size {replicas}: SGLang's data-parallel replicas take "
                 "their weights only from /update_weights_from_disk; nothing was loaded"))
         version = names.take_weight_version(obj)
+        tracker = tracker_for(names, tm)
         paused_here = not self._is_paused()
         if paused_here:
             await self._pause(request)
         try:
             notes = []
-            can_flush = self._flush_would_run(tm)
+            can_flush = self._flush_would_run(tracker)
             if names.wants_flush(obj) and not can_flush:
                 names.set_flush(obj, False)
                 notes.append("The cache flush was skipped (requests hold KV); the prefix cache is scoped anew instead.")
-            elif not names.wants_flush(obj) and can_flush and tracker_for(names, tm).scheduler_pause == "retract":
+            elif not names.wants_flush(obj) and can_flush and tracker.scheduler_pause == "retract":
                 # A retracted request is prefilled again under the salt it was admitted with:
                 # without the flush it would reuse its prompt's KV from the old weights.
                 names.set_flush(obj, True)
@@ -112,7 +113,7 @@ class WeightUpdates:
                 notes.append("The plugin opened and closed a weight-update session around it.")
             if not answer[0]:
                 return answer
-            tracker_for(names, tm).registry.weights_loaded()
+            tracker.registry.weights_loaded()
             if version is not None:
                 await self._bump(version, request)
                 notes.append(f"Weight version updated to {version}.")
@@ -121,11 +122,10 @@ class WeightUpdates:
             if paused_here:
                 await self._resume(request)
 
-    def _flush_would_run(self, tm: Any) -> bool:
+    def _flush_would_run(self, tracker: Any) -> bool:
         """Whether SGLang's scheduler would flush its cache now: it refuses while requests are
         running or frozen in place; under ``retract`` (all of them back in the waiting queue)
         it flushes from 0.5.21 on, while 0.5.20 also wants the waiting queue empty."""
-        tracker = tracker_for(self.names, tm)
         if not any(e.dispatched for e in tracker.registry.select()):
             return True
         return tracker.scheduler_pause == "retract" and self.names.flushes_while_retracted()

@@ -28,7 +28,7 @@ import h11
 import pytest
 
 from engine_plugins.schema import LoadsResult
-from targets import TARGETS
+from targets import ENGINE_TARGETS
 
 from .api import Api, DEADLINE_S, engine_of
 
@@ -166,9 +166,8 @@ WAYS = {
 }
 
 
-# The targets whose engine has generation routes of its own (every one but the stub), and SGLang's.
-ENGINE_TARGETS = tuple(name for name in TARGETS if name != "stub")
-SGLANG_TARGETS = tuple(name for name in TARGETS if name.startswith("sglang"))
+# SGLang's targets, for SGLang's own pause route.
+SGLANG_TARGETS = tuple(name for name in ENGINE_TARGETS if name.startswith("sglang"))
 CONTRACT_WAYS = ["abort-wait", "pause-abort"]
 
 

@@ -40,3 +40,19 @@ async def test_a_version_bump_moves_the_version_metrics(target):
         after = await scrape(api)
     assert moved(before, after, "engine_plugins_weight_version_updates_total") == 1
     assert value(after, "engine_plugins_weight_version", version="metrics-v9") == 1
+
+
+async def test_a_weight_swap_shows_open_with_its_lease_until_its_commit_counts_one_bump(target):
+    async with Api(target) as api:
+        before = await scrape(api)
+        opened = await api.ok("POST", "/weight_swap/begin", {"version": "metrics-swap", "mode": "keep", "lease_s": 120})
+        during = await scrape(api)
+        await api.ok("POST", "/weight_swap/commit", {"swap_id": opened["swap_id"]})
+        after = await scrape(api)
+    assert value(before, "engine_plugins_weight_swap_open") == 0
+    assert value(during, "engine_plugins_weight_swap_open") == 1
+    assert value(during, "engine_plugins_weight_swap_lease_expires_timestamp_seconds") == pytest.approx(opened["lease_expires_at"])
+    assert value(after, "engine_plugins_weight_swap_open") == 0
+    assert value(after, "engine_plugins_weight_swap_lease_expires_timestamp_seconds") == 0
+    assert moved(before, after, "engine_plugins_weight_version_updates_total") == 1, "the commit's bump, counted once"
+    assert value(after, "engine_plugins_weight_version", version="metrics-swap") == 1

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import pytest
 
-from targets import TARGETS, stub_server
+from targets import ENGINE_TARGETS, stub_server
 from targets_sglang import sglang_fake_server
 from targets_vllm import fake_vllm_server
 
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.anyio
 
 # Long enough to fill several of vLLM's 128-token blocks on the CPU (only whole blocks are cached).
 PROMPT_TOKENS = 600
-ENGINE_TARGETS = tuple(name for name in TARGETS if name != "stub")
 
 
 def fresh_prompt() -> list[int]:

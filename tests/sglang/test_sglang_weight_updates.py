@@ -26,13 +26,13 @@ RUNNING = 4
 
 
 @pytest.fixture(scope="session")
-def real_checkpoint(tmp_path_factory):
-    """A checkpoint of the real servers' tiny model with real weights, made once."""
+def real_checkpoint():
+    """A checkpoint of the real servers' tiny model with real weights (kept beside it)."""
     from engine_plugins.launcher.engine_server import engine_paths
     from targets import make_checkpoints
 
     paths = engine_paths("sglang")
-    return make_checkpoints(paths.python, paths.model_dir, tmp_path_factory.mktemp("checkpoint"), seeds=(3,))[0]
+    return make_checkpoints(paths.python, paths.model_dir, seeds=(3,))[0]
 
 
 async def scheduler(http) -> dict:

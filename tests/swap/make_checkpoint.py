@@ -12,6 +12,7 @@ Nothing is downloaded.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,8 @@ def make_checkpoint(base: Path, out: Path, seed: int) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    staging = out.with_name(out.name + ".tmp")
+    # A staging folder of this process's own: two test runs may make the same checkpoint at once.
+    staging = out.with_name(f"{out.name}.tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(base, staging, ignore=shutil.ignore_patterns("*.safetensors", ".tiny-model-complete"))
     config = LlamaConfig.from_pretrained(base)
@@ -39,8 +41,14 @@ def make_checkpoint(base: Path, out: Path, seed: int) -> Path:
             else:
                 parameter.normal_(0.0, INIT_STD, generator=generator)
     model.save_pretrained(staging, safe_serialization=True)
+    if (out / "model.safetensors").exists():  # another run made it meanwhile
+        shutil.rmtree(staging, ignore_errors=True)
+        return out
     shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
+    try:
+        staging.rename(out)
+    except OSError:  # another run put the same checkpoint there first
+        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
