@@ -6,8 +6,9 @@
 - :class:`VllmEngine`: one ``AsyncLLM`` (the engine client of one API server process). Every
   attribute the plugin reads, replaces or calls on vLLM's objects goes through it; its
   constructor checks them on the engine client, when vLLM hands it to the plugin at startup.
-- The engine-core side: the utility method the general plugin gives vLLM's ``EngineCore``
-  (:func:`install_request_counts`), and the launch flags the plugin reads.
+- The engine-core side: what the general plugin gives vLLM's ``EngineCore`` (the utility of
+  :func:`install_request_counts`, the pause hold of :func:`install_pause_hold`), and the launch
+  flags the plugin reads.
 
 - The supported releases (vLLM 0.30 to 0.33): :data:`REQUIRED_NAMES` lists every name used,
   checked by :func:`probe` (on the imported vLLM at startup, on each release's wheel by the static
@@ -25,8 +26,9 @@ import asyncio
 import dataclasses
 import logging
 import os
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
 from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, check, in_range
 from ..errors import StartupError
@@ -34,6 +36,10 @@ from ..model_limits import ModelLimits
 from ..schema import SamplingParams as ContractSampling
 from ..schema import WeightVersionSpan
 from ..seam import Generation
+
+# Set while the contract sets the version through the engine client: any other caller of its
+# update_weight_version is one of vLLM's own routes (/finish_weight_update's weight_version).
+_CONTRACT_SETS_VERSION: ContextVar[bool] = ContextVar("engine_plugins_vllm_contract_sets_version", default=False)
 
 # Under "vllm." so that vLLM's own log handler (configured for the "vllm" logger) prints it.
 logger = logging.getLogger("vllm." + __name__)
@@ -45,6 +51,8 @@ SUPPORTED_VERSION = f"{LOWEST_VERSION} to {HIGHEST_VERSION}"
 # The EngineCore utility method the general plugin installs; the engine core looks utility
 # methods up by name.
 REQUEST_COUNTS_UTILITY = "engine_plugins_request_counts"
+# The EngineCore utility that marks the scheduler's pause as the contract's (install_pause_hold).
+PAUSE_HOLD_UTILITY = "engine_plugins_hold_pause"
 NOT_INSTALLED = "(not installed)"
 
 # What the plugin uses on the engine client (an AsyncLLM), checked by VllmEngine.
@@ -115,6 +123,8 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("v1.engine.core_client", "AsyncMPClient._call_utility_async", "method", "engine"),
     _n("v1.engine.core_client", "MPClient.core_engines", on_self=True),
     _n("v1.engine.core", "EngineCore.scheduler", on_self=True),
+    _n("v1.engine.core", "EngineCore.wake_up", "tags"),
+    _n("v1.engine.core", "EngineCore.resume_scheduler"),
     _n("v1.core.sched.scheduler", "Scheduler.get_request_counts"),
 )
 
@@ -366,32 +376,49 @@ class VllmEngine:
     async def request_counts(self) -> list[tuple[int, int]]:
         """``(running, waiting)`` per engine core (data-parallel rank), read from each scheduler
         through the utility the general plugin installs (:func:`install_request_counts`)."""
+        answers = await self._on_every_core(REQUEST_COUNTS_UTILITY)
+        return [(int(running), int(waiting)) for running, waiting in answers]
+
+    async def hold_pause(self, held: bool) -> None:
+        """Mark every engine core's pause as the contract's (*held*), or no longer: vLLM's
+        ``wake_up`` then leaves it paused (:func:`install_pause_hold`)."""
+        await self._on_every_core(PAUSE_HOLD_UTILITY, held)
+
+    async def _on_every_core(self, utility: str, *args: Any) -> list[Any]:
+        """One of the general plugin's utilities called on every engine core; their answers."""
         core = self.llm.engine_core
         if self.names.utility_all:
-            answers = await core.call_utility_all_async(REQUEST_COUNTS_UTILITY)
-        elif hasattr(core, "core_engines"):
+            return await core.call_utility_all_async(utility, *args)
+        if hasattr(core, "core_engines"):
             # Before vLLM 0.32: what call_utility_all_async does, one call per engine core.
-            answers = await asyncio.gather(
-                *(core._call_utility_async(REQUEST_COUNTS_UTILITY, engine=engine) for engine in core.core_engines)
-            )
-        else:  # an in-process engine core (one rank)
-            answers = [await core.call_utility_async(REQUEST_COUNTS_UTILITY)]
-        return [(int(running), int(waiting)) for running, waiting in answers]
+            return await asyncio.gather(*(core._call_utility_async(utility, *args, engine=engine) for engine in core.core_engines))
+        return [await core.call_utility_async(utility, *args)]  # an in-process engine core (one rank)
 
     # --- pause and weight version ---------------------------------------------------------------
 
     async def pause_generation(self, mode: str, clear_cache: bool) -> None:
         """``AsyncLLM.pause_generation``: ``keep`` freezes running requests; ``abort`` aborts what
-        the engine core holds; new requests queue in both."""
-        await self.llm.pause_generation(mode=mode, clear_cache=clear_cache)
+        the engine core holds; new requests queue in both. The pause is held: vLLM's
+        ``/wake_up`` does not end it (:func:`install_pause_hold`)."""
+        await self.hold_pause(True)
+        try:
+            await self.llm.pause_generation(mode=mode, clear_cache=clear_cache)
+        except BaseException:
+            await self.hold_pause(False)
+            raise
 
     async def resume_generation(self) -> None:
         """``AsyncLLM.resume_generation``: queued and frozen requests go on."""
+        await self.hold_pause(False)
         await self.llm.resume_generation()
 
     async def update_weight_version(self, version: str) -> None:
         """``AsyncLLM.update_weight_version``: later tokens carry *version*; nothing is aborted."""
-        await self.llm.update_weight_version(version)
+        token = _CONTRACT_SETS_VERSION.set(True)
+        try:
+            await self.llm.update_weight_version(version)
+        finally:
+            _CONTRACT_SETS_VERSION.reset(token)
 
     async def get_weight_version(self) -> str:
         """The version the engine core stamps on new tokens."""
@@ -403,7 +430,7 @@ class VllmEngine:
 
     def wrap_entry_points(
         self, generate: Callable, add_request_async: Callable, version_set: Callable[[str], None],
-        weights_loaded: Callable[[], None] = lambda: None,
+        weights_loaded: Callable[[], None] = lambda: None, bump: Optional[Callable[[str], Awaitable[Any]]] = None,
     ) -> Callable[[], None]:
         """Replace ``generate``, ``update_weight_version``, ``collective_rpc`` and
         ``engine_core.add_request_async`` on these instances; returns a function that restores
@@ -415,7 +442,9 @@ class VllmEngine:
         their first argument. *version_set* learns every version set through the engine client,
         by any route (vLLM's own weight-update routes set it the same way). *weights_loaded*
         learns of every weight load through it (``/collective_rpc`` ``reload_weights``, the
-        weight-transfer engine's ``/update_weights``), once it has returned.
+        weight-transfer engine's ``/update_weights``), once it has returned. *bump*: what a
+        version set by vLLM's own routes (``/finish_weight_update``'s ``weight_version``)
+        becomes instead, the contract's bump, which sets it through this engine client itself.
         """
         llm = self.llm
         core = llm.engine_core
@@ -431,6 +460,13 @@ class VllmEngine:
             await add_request_async(original_add, request)
 
         async def tracked_update(new_version: str) -> None:
+            if bump is not None and not _CONTRACT_SETS_VERSION.get():
+                try:
+                    await bump(new_version)  # comes back here, as the contract's own set
+                    return
+                except Exception as exc:  # vLLM's route still sets the version, as without the plugin
+                    logger.warning("engine_plugins: the contract's bump to %r failed (%s); setting it as vLLM does",
+                                   new_version, exc)
             await original_update(new_version)
             self._version = new_version
             version_set(new_version)
@@ -490,11 +526,52 @@ def install_request_counts(engine_core_cls: type) -> None:
     setattr(engine_core_cls, REQUEST_COUNTS_UTILITY, engine_plugins_request_counts)
 
 
-def install_request_counts_in_vllm() -> None:
-    """:func:`install_request_counts` on vLLM's own ``EngineCore``."""
+def install_pause_hold(engine_core_cls: type) -> None:
+    """Give ``EngineCore`` the :data:`PAUSE_HOLD_UTILITY` utility, and make its ``wake_up``
+    leave a pause so held in place.
+
+    vLLM's ``wake_up`` resumes the scheduler once all its memory is resident again (and with the
+    ``scheduling`` tag alone), whoever paused it: a colocated trainer's pause, sleep, wake-up,
+    weight load would resume generation before its load, behind the contract's back. While the
+    contract holds its pause, ``wake_up`` brings the memory back and the scheduler stays paused
+    until the contract's resume.
+
+    Idempotent, as :func:`install_request_counts`.
+    """
+    if getattr(engine_core_cls, PAUSE_HOLD_UTILITY, None) is not None:
+        return
+    original_wake_up = engine_core_cls.wake_up
+
+    def engine_plugins_hold_pause(self: Any, held: bool) -> None:
+        """Mark this scheduler's pause as the contract's (or no longer)."""
+        self._engine_plugins_pause_held = bool(held)
+
+    def wake_up(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_engine_plugins_pause_held", False):
+            return original_wake_up(self, *args, **kwargs)
+        # For this call only: the instance attribute hides the class's method (a DP engine's too).
+        self.resume_scheduler = _stay_paused
+        try:
+            return original_wake_up(self, *args, **kwargs)
+        finally:
+            del self.resume_scheduler
+
+    wake_up.__doc__ = original_wake_up.__doc__
+    setattr(engine_core_cls, PAUSE_HOLD_UTILITY, engine_plugins_hold_pause)
+    engine_core_cls.wake_up = wake_up
+
+
+def _stay_paused() -> None:
+    logger.info("engine_plugins: wake_up left the scheduler paused: the contract's pause holds it until /resume")
+
+
+def install_in_engine_core() -> None:
+    """The general plugin's utilities on vLLM's own ``EngineCore``: :func:`install_request_counts`
+    and :func:`install_pause_hold`."""
     from vllm.v1.engine.core import EngineCore
 
     install_request_counts(EngineCore)
+    install_pause_hold(EngineCore)
 
 
 def engine_api_keys(args: Any) -> list[str]:

@@ -104,7 +104,14 @@ class VllmEndpointPlugin:
                 "utility, so the vllm.general_plugins entry point 'engine_plugins' did not run in the engine "
                 f"process; check that VLLM_PLUGINS names engine_plugins ({type(exc).__name__}: {exc})"
             ) from exc
-        tracker = Tracker(vllm, await vllm.get_weight_version(), self._stack.settings.scope_prefix_cache)
+        stack = self._stack
+
+        async def bump(version: str) -> None:
+            # A version set by vLLM's own route (/finish_weight_update): the contract's bump, on
+            # every API process, seen by the plugins.
+            await stack.hooks.call("update_weight_version", None, new_version=version, abort_all_requests=False)
+
+        tracker = Tracker(vllm, await vllm.get_weight_version(), stack.settings.scope_prefix_cache, bump)
         tracker.install()
         control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
         api_servers = engine_names.api_server_count(args)
@@ -150,7 +157,7 @@ def general_plugin() -> None:
     # general plugins while it parses the command line), which inherit the link made here.
     hand_out()
     try:
-        engine_names.install_request_counts_in_vllm()
+        engine_names.install_in_engine_core()
     except ImportError as exc:
         # The endpoint plugin's startup probe turns this into a clear error in the API server.
-        logger.warning("engine_plugins: cannot install the request-counts utility: %s", exc)
+        logger.warning("engine_plugins: cannot install its engine-core utilities: %s", exc)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from contextvars import ContextVar
-from typing import Any, AsyncIterator, Callable, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
 from ..cache_scope import version_salt
 from ..registry import InFlight, InFlightRegistry
@@ -31,8 +31,11 @@ _ADDING: ContextVar[Optional[InFlight]] = ContextVar("engine_plugins_vllm_adding
 class Tracker:
     """The registry of one engine client, fed by its wrapped entry points."""
 
-    def __init__(self, vllm: VllmEngine, weight_version: str = "default", scope_prefix_cache: bool = True) -> None:
+    def __init__(self, vllm: VllmEngine, weight_version: str = "default", scope_prefix_cache: bool = True,
+                 bump: Optional[Callable[[str], Awaitable[Any]]] = None) -> None:
         self.vllm = vllm
+        self.bump = bump
+        """The contract's bump, which a version set through vLLM's own routes becomes (None: kept as vLLM set it)."""
         self.registry = InFlightRegistry()
         self.scope_prefix_cache = scope_prefix_cache
         """Salt each request's prefix cache by the version it was admitted under (:mod:`..cache_scope`)."""
@@ -49,7 +52,7 @@ class Tracker:
     def install(self) -> None:
         """Start tracking every request of this engine client."""
         self._restore = self.vllm.wrap_entry_points(self._tracked_generate, self._tracked_add, self._version_set,
-                                                    self.registry.weights_loaded)
+                                                    self.registry.weights_loaded, self.bump)
 
     def uninstall(self) -> None:
         """Stop tracking (tests)."""

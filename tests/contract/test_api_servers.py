@@ -136,12 +136,25 @@ async def test_pause_on_one_process_cuts_and_holds_partial_generations_on_the_ot
 
 
 async def test_a_bump_on_one_process_is_seen_by_the_requests_of_every_process(target):
+    await _bump_seen_everywhere(target, "/update_weight_version", "new_version")
+
+
+# A real vLLM on the CPU has no weight-transfer engine over several API processes here
+# (tests/swap/test_vllm_transfer.py runs the route on one): the fake's route, as vLLM's.
+@pytest.mark.targets("vllm-stub-api3")
+async def test_the_version_vllms_finish_weight_update_sets_is_one_bump_on_every_process(target):
+    await _bump_seen_everywhere(target, "/finish_weight_update", "weight_version")
+
+
+async def _bump_seen_everywhere(target, path: str, field: str) -> None:
+    """A bump sent to one process by *path* (its version in *field*) is seen by every process's
+    loads and by the requests each holds."""
     async with Api(target) as api:
         before = (await api.loads())["weight_version"]
         tasks = start(api, N, "bump")
         await api.wait_in_flight(N, running=True)
-        bump = await fresh_call(api, "POST", "/update_weight_version", {"new_version": before + "-next"})
-        assert bump.json()["aborted"] == 0
+        bump = await fresh_call(api, "POST", path, {field: before + "-next"})
+        assert bump.json().get("aborted", 0) == 0
         for _ in range(6):
             loads = await fresh_call(api, "GET", "/v1/loads")
             assert loads.json()["weight_version"] == before + "-next", f"process {process_of(loads)} kept the old version"

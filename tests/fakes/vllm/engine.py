@@ -540,6 +540,18 @@ class EngineCore:
     def is_scheduler_paused(self) -> bool:
         return self.scheduler.pause_state != PauseState.UNPAUSED
 
+    def sleep(self, level: int = 1, mode: str = "abort") -> Optional[asyncio.Future]:
+        """core.py:959-990 at level 0 (no memory to release on the fake): the pause alone."""
+        return self.pause_scheduler(mode=mode, clear_cache=level >= 1)
+
+    def wake_up(self, tags: Optional[list[str]] = None) -> bool:
+        """core.py:997-1018: fully awake (always, on the fake), the scheduler resumes."""
+        self.resume_scheduler()
+        return True
+
+    def finish_weight_update(self) -> None:
+        """The workers' finish_weight_update (gpu_worker.py:1587), which the fake has no weights for."""
+
     def _send(self, outputs: list[EngineCoreOutput]) -> None:
         """Each output to its request's front end; a finished request is forgotten."""
         version = self._weight_version if self.stamp_versions else None
@@ -753,6 +765,21 @@ class AsyncLLM:
 
     async def update_weight_version(self, new_version: str) -> None:
         await self.engine_core.call_utility_async("set_weight_version", new_version)
+
+    async def sleep(self, level: int = 1, mode: str = "abort") -> None:
+        """async_llm.py:1154-1160."""
+        await self.engine_core.call_utility_async("sleep", level, mode)
+
+    async def wake_up(self, tags: Optional[list[str]] = None) -> bool:
+        """async_llm.py:1169-1175 (one engine core)."""
+        return await self.engine_core.call_utility_async("wake_up", tags)
+
+    async def finish_weight_update(self, weight_version: Optional[str] = None) -> None:
+        """async_llm.py:1351-1355: the version is set after the workers' finish, through
+        ``self.update_weight_version``."""
+        await self.engine_core.call_utility_async("finish_weight_update")
+        if weight_version is not None:
+            await self.update_weight_version(weight_version)
 
     async def get_weight_version(self) -> str:
         return await self.engine_core.call_utility_async("get_weight_version")

@@ -76,6 +76,7 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
     if plugin and getattr(args, "general_plugin", True):
         # What the general plugin does in the engine-core process (plugin.general_plugin).
         engine_names.install_request_counts(fake.EngineCore)
+        engine_names.install_pause_hold(fake.EngineCore)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -228,6 +229,25 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
     @app.get("/weight_info")
     async def weight_info() -> JSONResponse:
         return JSONResponse({"weight_version": await llm.get_weight_version()})
+
+    # Dev mode's sleep routes (serve/dev/sleep/api_router.py:26-60) and the weight-transfer finish
+    # (entrypoints/rl/online/api_router.py), as far as the fake has them.
+    @app.post("/sleep")
+    async def sleep(level: int = 1, mode: str = "abort") -> JSONResponse:
+        await llm.sleep(level, mode)
+        return JSONResponse({"status": "sleeping", "level": level})
+
+    @app.post("/wake_up")
+    async def wake_up(request: Request) -> JSONResponse:
+        tags = request.query_params.getlist("tags") or None
+        fully_awake = await llm.wake_up(tags)
+        return JSONResponse({"status": "awake" if fully_awake else "sleeping", "tags": tags})
+
+    @app.post("/finish_weight_update")
+    async def finish_weight_update(request: Request) -> JSONResponse:
+        body = await request.json() if await request.body() else {}
+        await llm.finish_weight_update(body.get("weight_version"))
+        return JSONResponse({"message": "Weight update finished"})
 
 
 async def _completion_stream(llm: fake.AsyncLLM, prompt: Any, params: fake.SamplingParams, request_id: str):
