@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Iterator
 
 from engine_versions import SUPPORTED
-from targets import API_KEY, REPO, Target, group_signal, make_checkpoints, module_server
+from targets import API_KEY, REPO, TESTS, Target, group_signal, make_checkpoints, module_server
+
+# The test-only weight-transfer backend's worker extension (its module is under tests/).
+FILE_TRANSFER_EXTENSION = "swap.file_transfer.FileTransferWorkerExtension"
 
 
 @contextlib.contextmanager
@@ -65,8 +68,12 @@ TARGETS = {
     # cores, so it runs only when named (OPT_IN_TARGETS).
     "vllm-dp2": lambda tmp: real_vllm_server(tmp, "--data-parallel-size", "2", env={"VLLM_CPU_OMP_THREADS_BIND": "0|0"}, name="vllm-dp2"),
     # Real weights, for the weight-swap tests, which change them (and the version): a server of
-    # their own, in dev mode for vLLM's /collective_rpc.
-    "vllm-weights": lambda tmp: real_vllm_server(tmp, env={"VLLM_SERVER_DEV_MODE": "1"}, real_weights=True, name="vllm-weights"),
+    # their own, in dev mode for vLLM's /collective_rpc and its weight-transfer routes, whose
+    # backend is the tests' "file" (tests/swap/file_transfer.py: the CPU build has neither NCCL
+    # nor CUDA IPC), registered in the worker by the import of its worker extension.
+    "vllm-weights": lambda tmp: real_vllm_server(
+        tmp, "--worker-extension-cls", FILE_TRANSFER_EXTENSION, "--weight-transfer-config", '{"backend": "file"}',
+        env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(TESTS)}, real_weights=True, name="vllm-weights"),
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
 REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights"}
