@@ -106,8 +106,6 @@ def _check_servers(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         parser.error(f"{args.command}: give the servers' URLs or --gateway URL (one of the two)")
     if args.selector is not None and args.gateway is None:
         parser.error(f"{args.command}: --selector needs --gateway")
-    if args.command.startswith("swap-") and args.gateway is not None:
-        parser.error(f"{args.command}: weight swaps go to the workers' URLs, not through --gateway")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -110,14 +110,13 @@ _SWAP_COLUMNS = [("swap", lambda s: s.swap_id), ("version", lambda s: f"{s.previ
 async def swap_begin(args: argparse.Namespace, fleet: Fleet) -> int:
     """Begin a weight swap to ``--version`` on every server: paused until ``swap-commit``."""
     clear_cache = False if args.keep_kv else None
-    result = await fleet.run("begin_weight_swap", lambda s, d: s.begin_weight_swap(
-        args.version, args.mode, clear_cache, args.lease, d.remaining()), args.timeout)
+    result = await fleet.begin_weight_swap(args.version, args.mode, clear_cache, args.lease, args.timeout)
     return _show(args, result, f"weight swap to {args.version}: begun", _SWAP_COLUMNS)
 
 
 async def swap_commit(args: argparse.Namespace, fleet: Fleet) -> int:
     """Commit every server's open weight swap to ``--version``: the version applied, resumed."""
-    result = await fleet.run("commit_weight_swap", lambda s, d: s.commit_weight_swap(args.version, d.remaining()), args.timeout)
+    result = await fleet.commit_weight_swap(args.version, timeout_s=args.timeout)
     return _show(args, result, f"weight swap to {args.version}: committed", _SWAP_COLUMNS)
 
 

@@ -232,17 +232,30 @@ class Fleet(HttpClientOwner):
         server, then, on a normal exit, commit on each server that began (``swap.began``,
         ``swap.committed``: one result per server). A server that failed to begin is not
         committed (its failure says why); on an exception the swaps are left open, the servers
-        paused (their weights may be half-loaded), and their leases report them expired."""
-        if self.via is not None:
-            raise ValueError("weight swaps behind a gateway: send them to the workers' URLs")
-        run = WeightSwapRun(await self.run(
-            "begin_weight_swap", lambda s, d: s.begin_weight_swap(version, mode, clear_cache, lease_s, d.remaining()), timeout_s
-        ))
+        paused (their weights may be half-loaded), and their leases report them expired. Behind
+        a gateway: one smg fan-out for the begin, one for the commit (to the workers that began)."""
+        run = WeightSwapRun(await self.begin_weight_swap(version, mode, clear_cache, lease_s, timeout_s))
         yield run
-        began = {r.url for r in run.began.results if r.ok}
-        run.committed = await self.run(
+        run.committed = await self.commit_weight_swap(version, [r.url for r in run.began.results if r.ok], timeout_s)
+
+    async def begin_weight_swap(self, version: str, mode: str = "keep", clear_cache: Optional[bool] = None,
+                                lease_s: float = DEFAULT_LEASE_S, timeout_s: float = 30.0) -> FleetResult:
+        """Begin a weight swap to *version* on every server (see :meth:`weight_swap`)."""
+        if self.via:
+            return await self.via.begin_weight_swap(version, mode, clear_cache, lease_s, timeout_s)
+        return await self.run(
+            "begin_weight_swap", lambda s, d: s.begin_weight_swap(version, mode, clear_cache, lease_s, d.remaining()), timeout_s
+        )
+
+    async def commit_weight_swap(self, version: str, began: Optional[Sequence[str]] = None, timeout_s: float = 30.0) -> FleetResult:
+        """Commit the open weight swap to *version* on every server, or only on those (by URL)
+        in *began*: each other server gets a failure saying its swap did not begin."""
+        if self.via:
+            return await self.via.commit_weight_swap(version, began, timeout_s)
+        return await self.run(
             "commit_weight_swap",
-            lambda s, d: s.commit_weight_swap(version, d.remaining()) if s.url in began else _not_begun(s.url), timeout_s,
+            lambda s, d: s.commit_weight_swap(version, d.remaining()) if began is None or s.url in began else _not_begun(s.url),
+            timeout_s,
         )
 
     async def resume(self, timeout_s: float = 30.0) -> FleetResult:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..schema import AbortResult, LoadsResult, PauseState, UpdateWeightVersionResult
+from ..schema import AbortResult, LoadsResult, PauseState, UpdateWeightVersionResult, WeightSwapResult
 from .detect import Detection, Flavor
 from .errors import ServerError, answer_problems
 from .gateway import Gateway, WorkerAnswer
@@ -173,6 +173,37 @@ class GatewayFleet:
         body = {"mode": mode} if clear_cache is None else {"mode": mode, "clear_cache": clear_cache}
         return await self._fan("pause", "POST", "pause", body, _read_pause("POST /pause"), timeout_s)
 
+    async def begin_weight_swap(self, version: str, mode: str, clear_cache: Optional[bool], lease_s: float, timeout_s: float):
+        """One fan-out of ``POST /weight_swap/begin``."""
+        body: dict[str, Any] = {"version": version, "mode": mode, "lease_s": lease_s}
+        if clear_cache is not None:
+            body["clear_cache"] = clear_cache
+        return await self._fan("begin_weight_swap", "POST", "weight_swap/begin", body,
+                               _read_swap("POST /weight_swap/begin"), timeout_s)
+
+    async def commit_weight_swap(self, version: str, began: Optional[Sequence[str]], timeout_s: float):
+        """One fan-out of ``POST /weight_swap/commit`` to every worker, or to those (by URL) in
+        *began*, the ones whose begin succeeded; the others then get a failure saying so."""
+        from .fleet import FleetResult, ServerResult
+
+        read = _read_swap("POST /weight_swap/commit")
+        if began is None:
+            return await self._fan("commit_weight_swap", "POST", "weight_swap/commit", {"version": version}, read, timeout_s)
+        ids = await self._ids_by_url(timeout_s)
+        known = [url for url in began if url in ids]
+        result = FleetResult("commit_weight_swap", [], 0.0)
+        if known:
+            selector = f"id in ({','.join(ids[url] for url in known)})"
+            result = await self._fan("commit_weight_swap", "POST", "weight_swap/commit", {"version": version}, read,
+                                     timeout_s, selector)
+            if _gateway_failed(result):
+                return result
+        for url in sorted((set(ids) | set(began)) - set(known)):
+            why = "smg did not list it for the commit" if url in began else "its weight swap did not begin, so there is nothing to commit"
+            result.results.append(ServerResult(url, False, error=why, kind="unsupported", api=f"via smg {self.gateway.url}"))
+        result.results.sort(key=lambda r: r.url)
+        return result
+
     async def resume(self, timeout_s: float):
         """One fan-out of ``POST /resume`` (with a ``{}`` body, as smg's own client sends)."""
         return await self._fan("resume", "POST", "resume", {}, _read_pause("POST /resume"), timeout_s)
@@ -204,6 +235,10 @@ def _contract(model: type[Answer], body: Any, answer: WorkerAnswer, where: str) 
 def _read_abort(body: Any, answer: WorkerAnswer) -> AbortOutcome:
     r = _contract(AbortResult, body, answer, "POST /abort_requests")
     return AbortOutcome(aborted=r.aborted, in_flight=r.in_flight, idle=r.idle, timed_out=r.timed_out, seconds=answer.seconds)
+
+
+def _read_swap(where: str) -> Callable[[Any, WorkerAnswer], WeightSwapResult]:
+    return lambda body, answer: _contract(WeightSwapResult, body, answer, where)
 
 
 def _read_pause(where: str) -> Callable[[Any, WorkerAnswer], PauseOutcome]:

@@ -89,7 +89,6 @@ def test_a_weight_swap_begun_and_committed_through_the_cli(stub_fleet, capsys):
     code, committed = run_json(capsys, "swap-commit", *urls, "--version", "cli-swap", "--api-key", KEY)
     assert code == 0 and [s["result"]["swap_id"] for s in committed["servers"]] == [s["result"]["swap_id"] for s in began["servers"]]
     assert {(s["result"]["state"], s["result"]["is_paused"]) for s in committed["servers"]} == {("committed", False)}
-    assert main(["swap-begin", "--gateway", "http://127.0.0.1:1", "--version", "v"]) == exit_codes.USAGE
 
 
 def test_native_servers_through_the_cli(fake_sglang, fake_vllm, capsys):

@@ -112,6 +112,12 @@ def test_cli_gateway_option(stub_gateway, stub_pair, capsys):
     assert sorted(s["url"] for s in out["servers"]) == sorted(t.url for t in stub_pair)
     assert all(s["result"]["new_version"] == "cli-v7" for s in out["servers"])
     assert cli_main(["loads", stub_pair[0].url, "--gateway", stub_gateway.url]) == 2
+    assert cli_main(["swap-begin", "--gateway", stub_gateway.url, "--api-key", API_KEY, "--json", "--version", "cli-v8"]) == 0
+    began = json.loads(capsys.readouterr().out)
+    assert cli_main(["swap-commit", "--gateway", stub_gateway.url, "--api-key", API_KEY, "--json", "--version", "cli-v8"]) == 0
+    committed = json.loads(capsys.readouterr().out)
+    assert [s["result"]["state"] for s in began["servers"]] == ["open", "open"], began
+    assert [s["result"]["state"] for s in committed["servers"]] == ["committed", "committed"], committed
     assert cli_main(["loads", stub_pair[0].url, "--selector", "engine=sglang"]) == 2
 
 
@@ -191,3 +197,43 @@ async def wait_until(what: str, check, deadline_s: float = 60.0) -> None:
     while not check():
         assert asyncio.get_running_loop().time() < end, f"setup: {what} did not happen within {deadline_s} s"
         await asyncio.sleep(0.05)
+
+
+async def test_fleet_weight_swap_through_the_gateway_holds_every_worker_until_its_commit(stub_gateway, stub_pair):
+    apis = [Api(t) for t in stub_pair]
+    try:
+        async with Fleet(gateway=stub_gateway.url, api_key=API_KEY) as fleet:
+            async with fleet.weight_swap("smg-swap-v3", clear_cache=False) as swap:
+                during = [await api.ok("GET", "/is_paused") for api in apis]
+            loads = await fleet.loads()
+    finally:
+        for api in apis:
+            await api.ok("POST", "/resume")
+            await api.__aexit__()
+    urls = sorted(t.url for t in stub_pair)
+    assert swap.began.ok and [r.url for r in swap.began.results] == urls, swap.began.to_dict()
+    assert swap.committed.ok and [r.url for r in swap.committed.results] == urls, swap.committed.to_dict()
+    assert all(r.value.state == "committed" and r.value.version == "smg-swap-v3" for r in swap.committed.results)
+    assert all(state["is_paused"] and state["weight_swap"]["version"] == "smg-swap-v3" for state in during)
+    assert all(r.value.weight_version == "smg-swap-v3" and not r.value.paused for r in loads.results), loads.to_dict()
+
+
+async def test_a_worker_whose_begin_failed_through_the_gateway_is_not_committed(stub_gateway, stub_pair):
+    busy, free = [Api(t) for t in stub_pair]
+    try:
+        held = await busy.ok("POST", "/weight_swap/begin", {"version": "held-elsewhere", "mode": "keep"})
+        async with Fleet(gateway=stub_gateway.url, api_key=API_KEY) as fleet:
+            async with fleet.weight_swap("smg-swap-v4") as swap:
+                pass
+        still = await busy.ok("GET", "/is_paused")
+        await busy.ok("POST", "/weight_swap/commit", {"swap_id": held["swap_id"]})
+    finally:
+        for api in (busy, free):
+            await api.ok("POST", "/resume")
+            await api.__aexit__()
+    began = {r.url: r for r in swap.began.results}
+    committed = {r.url: r for r in swap.committed.results}
+    assert not began[busy.target.url].ok and "409" in began[busy.target.url].error, swap.began.to_dict()
+    assert began[free.target.url].ok and committed[free.target.url].ok, swap.committed.to_dict()
+    assert not committed[busy.target.url].ok and "did not begin" in committed[busy.target.url].error
+    assert still["weight_swap"]["swap_id"] == held["swap_id"], "the other trainer's swap is left as it was"
