@@ -112,6 +112,7 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n(_TM, "TokenizerManager.update_weights_from_disk", "obj", "request"),
     *(_n("managers.tokenizer_control_mixin", f"TokenizerControlMixin.update_weights_from_{kind}", "obj", "request")
       for kind in ("tensor", "distributed", "ipc")),
+    _n("managers.tokenizer_control_mixin", "TokenizerControlMixin.init_weights_update_group", "obj", "request"),
     *(_n("managers.io_struct", f"{cls}.{f}") for cls in WEIGHT_UPDATE_REQUESTS for f in ("flush_cache", "weight_version")),
 )
 LEGACY_GET_LOAD = "legacy_get_load"

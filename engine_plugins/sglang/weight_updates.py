@@ -22,7 +22,8 @@ it, passes through :meth:`WeightUpdates.run` (an AROUND hook on the TokenizerMan
   ROLL do not call): it opens one around the call and closes it after, unless the caller has one
   open.
 - **refuses a tensor, distributed or IPC update on plain ``--dp-size`` replicas** with a 400
-  naming the disk update, which is the one SGLang's replicas take (SGLang asserts, a bare 500).
+  naming the disk update, which is the one SGLang's replicas take (SGLang asserts, a bare 500),
+  and the distributed update's ``init_weights_update_group`` likewise.
 - **makes the version the update carries (``weight_version``) one contract bump**, applied once
   the weights are loaded, through the ``update_weight_version`` hook (so spans, the staleness
   fence, ``/v1/loads`` and the metrics all see it); the same version sent again (slime sends it
@@ -75,12 +76,9 @@ class WeightUpdates:
         """Run SGLang's *method* on *obj* as the module says; returns SGLang's own answer
         (``(success, message, ...)``), its message naming what the plugin did."""
         names = self.names
-        replicas = names.replicas()
-        if method != "update_weights_from_disk" and replicas > 1:
-            # SGLang asserts a single replica here, which its route answers as a bare 500.
-            return names.update_answer(method, False, (
-                f"{method} does not work with --dp-size {replicas}: SGLang's data-parallel replicas take "
-                "their weights only from /update_weights_from_disk; nothing was loaded"))
+        refused = self._refused_on_replicas(method)
+        if refused is not None:
+            return names.update_answer(method, False, refused)
         version = names.take_weight_version(obj)
         tracker = tracker_for(names, tm)
         paused_here = not self._is_paused()
@@ -122,6 +120,23 @@ class WeightUpdates:
             if paused_here:
                 await self._resume(request)
 
+    def _refused_on_replicas(self, method: str) -> Optional[str]:
+        """Why *method* cannot run on plain ``--dp-size`` replicas (SGLang asserts a single
+        replica for all but the disk update, which its route answers as a bare 500); None when it can."""
+        replicas = self.names.replicas()
+        if method == "update_weights_from_disk" or replicas <= 1:
+            return None
+        return (f"{method} does not work with --dp-size {replicas}: SGLang's data-parallel replicas take "
+                "their weights only from /update_weights_from_disk; nothing was loaded")
+
+    async def init_group(self, original: Callable[..., Awaitable[Any]], tm: Any, obj: Any, request: Any) -> Any:
+        """SGLang's ``init_weights_update_group`` (the distributed update's first step), refused
+        on replicas as the distributed update is."""
+        refused = self._refused_on_replicas("init_weights_update_group")
+        if refused is not None:
+            return False, refused.replace("; nothing was loaded", "; no group was made")
+        return await original(tm, obj, request)
+
     def _flush_would_run(self, tracker: Any) -> bool:
         """Whether SGLang's scheduler would flush its cache now: it refuses while requests are
         running or frozen in place; under ``retract`` (all of them back in the waiting queue)
@@ -155,6 +170,8 @@ def register_weight_update_hooks(names: SGLangNames, updates: WeightUpdates) -> 
             return updates.run(_method, original, tm, obj, request)
 
         hooks[method] = update
+    if names.tokenizer_manager_method("init_weights_update_group") is not None:
+        hooks["init_weights_update_group"] = lambda original, tm, obj, request=None: updates.init_group(original, tm, obj, request)
     if names.has_weight_update_session():
         hooks["begin_weight_update"] = lambda original, tm, obj, request=None: updates.begin_session(original, tm, obj, request)
         hooks["end_weight_update"] = lambda original, tm, obj, request=None: updates.end_session(original, tm, obj, request)

@@ -80,3 +80,17 @@ async def test_a_tensor_update_on_replicas_is_a_400_naming_the_disk_update_and_t
     message = response.json()["message"]
     assert "--dp-size 2" in message and "/update_weights_from_disk" in message and "nothing was loaded" in message
     assert after["finish_reason"] == "length" and loads["weight_version"] == before["weight_version"]
+
+
+@pytest.mark.targets("sglang-dp2")  # the fake has no distributed update
+async def test_a_weight_update_group_on_replicas_is_a_400_naming_the_disk_update(target):
+    # The distributed update's first step: SGLang asserts a single replica here too (a bare 500).
+    async with Api(target) as api:
+        response = await api.post("/init_weights_update_group", {
+            "master_address": "127.0.0.1", "master_port": 1, "rank_offset": 1, "world_size": 2, "group_name": "never",
+            "backend": "gloo"})
+        after = await api.generate(4)
+    assert response.status_code == 400, response.text
+    message = response.json()["message"]
+    assert "--dp-size 2" in message and "/update_weights_from_disk" in message and "no group was made" in message
+    assert after["finish_reason"] == "length"
