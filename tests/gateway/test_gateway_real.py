@@ -6,6 +6,7 @@ reaches both engines and has its effect on each; the client's Fleet drives both 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
@@ -63,3 +64,27 @@ async def test_sglang_keeps_every_top_level_field_of_its_own_loads(real_pair):
     assert answer["version"] == "0.5.23"
     # The CPU has no accelerator: SGLang's own helper says None; one rank's share of TP x PP is 1.
     assert answer["accelerator"] is None and answer["num_accelerators"] == 1, answer
+
+
+async def test_fleet_weight_swap_through_smg_holds_both_engines_and_commits_one_version(real_gateway, real_pair):
+    targets = list(real_pair.values())
+    version = f"smg-swap-{uuid.uuid4().hex[:8]}"
+    apis = [Api(t) for t in targets]
+    gens = [asyncio.create_task(api.generate(t.finish_tokens, request_id=f"smg-swap-{i}")) for i, (api, t) in enumerate(zip(apis, targets))]
+    try:
+        for api in apis:
+            await api.wait_in_flight(1, running=True)
+        async with Fleet(gateway=real_gateway.url, api_key=API_KEY) as fleet:
+            async with fleet.weight_swap(version, clear_cache=False) as swap:
+                during = [await api.ok("GET", "/is_paused") for api in apis]
+            loads = await fleet.loads()
+        results = await asyncio.gather(*gens)
+    finally:
+        for api in apis:
+            await api.__aexit__()
+    assert swap.began.ok and swap.committed.ok, (swap.began.to_dict(), swap.committed.to_dict())
+    assert all(state["is_paused"] and state["weight_swap"]["version"] == version for state in during)
+    assert all(r.value.weight_version == version for r in loads.results), loads.to_dict()
+    for result, target in zip(results, targets):
+        assert result["finish_reason"] == "length" and len(result["output_ids"]) == target.finish_tokens
+        assert result["weight_versions"][-1]["version"] == version, "kept across the swap"
