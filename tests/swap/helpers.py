@@ -98,3 +98,10 @@ async def vllm_reload(api: Api, checkpoint) -> None:
     """vLLM's ``/collective_rpc`` of the workers' ``reload_weights`` from *checkpoint*."""
     response = await api.post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(checkpoint)}})
     assert response.status_code == 200, f"/collective_rpc -> {response.status_code} {response.text}"
+
+
+async def vllm_versions(api: Api) -> set[str]:
+    """The weight version as vLLM reports it: ``GET /weight_info`` and the contract's ``/v1/loads``."""
+    info = await api.ok("GET", "/weight_info")
+    loads = await api.loads()
+    return {info["weight_version"], loads["weight_version"]}
