@@ -1,7 +1,7 @@
 """Weight swaps on a real vLLM with real weights, with the plugin loaded: ``keep`` means what it
 means in vLLM (``clear_cache`` true by default), and an in-place reload through vLLM's dev-mode
-``/collective_rpc reload_weights`` (vime's path; the NCCL weight-transfer engine has no CPU
-path) loads the weights, keeps the requests in flight, and no request admitted after it reuses
+``/collective_rpc reload_weights`` (SkyRL's and prime-rl's in-place loads come to this; the
+weight-transfer routes are ``test_vllm_transfer.py``'s) loads the weights, keeps the requests in flight, and no request admitted after it reuses
 KV computed before it.
 """
 
