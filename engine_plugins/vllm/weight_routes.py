@@ -2,9 +2,10 @@
 
 vLLM's ``--api-key`` middleware guards only the paths under ``/v1``, ``/v2``, ``/inference`` and
 ``/cohere``, so the routes that change the weights or the memory under the requests in flight
-(the weight-transfer engine's, dev mode's ``/collective_rpc``, ``/sleep``, ``/wake_up``,
-``/reset_prefix_cache``) answer anyone who can reach the port. With the plugin they need the same
-``Authorization: Bearer <key>`` as the rest of the server; a server without a key is unchanged.
+(the weight-transfer engine's, ``/weight_checker``, whose reset zeroes the weights, dev mode's
+``/collective_rpc``, ``/sleep``, ``/wake_up``, ``/reset_prefix_cache``) answer anyone who can
+reach the port. With the plugin they need the same ``Authorization: Bearer <key>`` as the rest
+of the server; a server without a key is unchanged.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from ..schema import error_body
 
 GUARDED_PATHS = frozenset({
     "/init_weight_transfer_engine",
+    "/shutdown_weight_transfer_engine",
     "/start_weight_update",
+    "/start_draft_weight_update",
     "/update_weights",
     "/finish_weight_update",
+    "/weight_checker",
     "/collective_rpc",
     "/sleep",
     "/wake_up",
