@@ -163,13 +163,6 @@ def shown_command(command: Sequence[str]) -> list[str]:
     return shown
 
 
-# A launch that loses its port to another process gets this many tries, each on a new port.
-PORT_ATTEMPTS = 3
-# What both engines' servers log when their port is taken (SGLang's uvicorn in lower case, vLLM's
-# OSError capitalized): compared in lower case.
-PORT_IN_USE = b"address already in use"
-
-
 def free_loopback_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -297,7 +290,6 @@ class EngineServer:
         self.repo_root = Path(repo_root).resolve()
         self.paths = engine_paths(engine, version)
         self.port = port if port is not None else free_loopback_port()
-        self._port_chosen = port is None  # ours to change when another process takes it first
         self.api_key = api_key
         self.env = dict(env or {})
         self.extra_args = list(extra_args)
@@ -417,27 +409,6 @@ class EngineServer:
             raise EngineSetupError(f"no model at {self.model_dir}: run scripts/make_tiny_model.py")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._shm_before = set(glob.glob(SGLANG_SHM_GLOB))
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
-            try:
-                return self._launch()
-            except EngineStartError:
-                # The free port was taken between its choice and the server's bind (another
-                # server's internal ports, on a busy machine): again on a new one.
-                if not (self._port_chosen and attempt < PORT_ATTEMPTS and self._port_was_taken(log_start)):
-                    raise
-                self.port = free_loopback_port()
-                self.process, self._stopped = None, False
-        raise AssertionError("unreachable")
-
-    def _port_was_taken(self, log_start: int) -> bool:
-        """Whether the server's log since *log_start* says its port was in use."""
-        with open(self.log_path, "rb") as log:
-            log.seek(log_start)
-            return PORT_IN_USE in log.read().lower()
-
-    def _launch(self) -> "EngineServer":
-        """One launch on :attr:`port`, until healthy (see :meth:`start`)."""
         started = time.monotonic()
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(shown_command(self.command()))}\n".encode())
