@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 ENGINE ?= vllm
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 # make bench: which figures (1-8, comma-separated; all by default) and rounds per figure (10).
 BENCH_FIGURES ?=
 BENCH_ROUNDS ?=
@@ -36,9 +37,10 @@ test: setup engines
 test-fast: setup
 	$(VENV)/bin/python -m pytest -m "not real" --target stub $(PYTEST_ARGS)
 
-# A real engine with the plugin, driven by the client: ENGINE=vllm (default) or ENGINE=sglang.
-demo: setup
-	$(VENV)/bin/engine-plugins demo --engine $(ENGINE)
+# An asynchronous RL loop on a real engine with the plugin (examples/): ENGINE=vllm (default) or
+# ENGINE=sglang; DEMO_ARGS e.g. "--steps 12 --swap-mode abort". Its plot needs matplotlib.
+demo: $(VENV)/.bench-installed
+	$(VENV)/bin/python examples/rl_demo.py --engine $(ENGINE) $(DEMO_ARGS)
 
 # Every figure of the benchmark (or BENCH_FIGURES), BENCH_ROUNDS rounds each: writes
 # benchmarks/results/ (README.md with the tables, the raw JSON, PNG plots). Set BENCH_LOCK to a

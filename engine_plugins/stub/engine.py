@@ -125,7 +125,8 @@ class StubEngine:
         return [self._api_key] if self._api_key else []
 
     async def generate(self, rid: str, input_ids: list[int], params: SamplingParams) -> AsyncIterator[Generation]:
-        """Generate pseudo-random tokens (seeded by ``params.seed`` or the id); never EOS."""
+        """Generate pseudo-random tokens (seeded by ``params.seed``; else, greedy, by the prompt, so
+        that a greedy request repeats as on an engine; else by the id); never EOS."""
         entry = self.registry.add(rid)
         try:
             await self._tokenize(entry)
@@ -137,7 +138,7 @@ class StubEngine:
             entry.dispatched = True
             salt = version_salt(None, entry.admitted, entry.admitted_version, entry.admitted_loads) if self.scope_prefix_cache else None
             cached_tokens = self.prefix_cache.admit(input_ids, salt)
-            async for generation in self._decode(entry, params, cached_tokens):
+            async for generation in self._decode(entry, params, cached_tokens, input_ids):
                 yield generation
         finally:
             self.registry.release(rid)
@@ -150,8 +151,13 @@ class StubEngine:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), end - loop.time())
 
-    async def _decode(self, entry: InFlight, params: SamplingParams, cached_tokens: int) -> AsyncIterator[Generation]:
-        seed = params.seed if params.seed is not None else zlib.crc32(entry.rid.encode())
+    async def _decode(self, entry: InFlight, params: SamplingParams, cached_tokens: int, input_ids: list[int]) -> AsyncIterator[Generation]:
+        if params.seed is not None:
+            seed = params.seed
+        elif params.temperature == 0:
+            seed = zlib.crc32(repr(input_ids).encode())
+        else:
+            seed = zlib.crc32(entry.rid.encode())
         rng = random.Random(seed)
         out = Generation(cached_tokens=cached_tokens)
         while True:
