@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
-from . import fleets, prefix_cache, stub_scaling
+from . import fleets, prefix_cache, step_boundary, stub_scaling
 from .common import RESULTS, median_interval, read_json, stats
 from .vllm_api_servers import summary as api_servers_table
 
@@ -127,7 +127,38 @@ def plots() -> list[Path]:
         ax.set(xlabel="vLLM API processes", ylabel="ms (median)", title="vLLM: several API processes")
         ax.legend()
         made.append(_save(fig, "vllm_api_servers.png"))
+    boundary = read_json("step_boundary")
+    if boundary:
+        made.append(_save(step_boundary_plot(plt, boundary), "step_boundary.png"))
     return made
+
+
+def step_boundary_plot(plt, data: list[dict]):
+    """Figure 9: per engine, each row's boundary time (median, p95 as the whisker), the bar marked
+    with the steps it lost samples in or failed."""
+    colors = {"no plugin": "tab:red", "plugin": "tab:blue", "contract": "tab:green"}
+    fig, axes = plt.subplots(1, len(data), figsize=(6 * len(data), 5), squeeze=False)
+    for ax, figure in zip(axes[0], data):
+        labels, medians, whiskers, shades, marks = [], [], [], [], []
+        for row in figure["rows"]:
+            times = [s["boundary_ms"] for s in row["steps"] if s["boundary_ms"] is not None]
+            s = stats(times)
+            labels.append(f"{row['framework']} ({row['mode']})")
+            medians.append(s.get("median", 0))
+            whiskers.append(s.get("p95", 0) - s.get("median", 0))
+            shades.append(colors[row["mode"]])
+            failed = sum(1 for x in row["steps"] if x["failures"])
+            lost = sum(x["lost"] for x in row["steps"])
+            marks.append(f"failed {failed}/{len(row['steps'])}, lost {lost}")
+        ys = list(range(len(labels)))
+        ax.barh(ys, medians, xerr=[[0] * len(ys), whiskers], color=shades)
+        for y, median, mark in zip(ys, medians, marks):
+            ax.text(median, y, f"  {mark}", va="center", fontsize=7)
+        ax.set_yticks(ys, labels, fontsize=7)
+        ax.invert_yaxis()
+        # From 10 ms on both panels, so that a bar's length compares across the engines.
+        ax.set(xscale="log", xlim=(10, None), xlabel="boundary, ms (median; whisker p95)", title=f"{figure['engine']}: the step boundary")
+    return fig
 
 
 def _save(fig, name: str) -> Path:
@@ -168,6 +199,17 @@ def markdown(command: Optional[str] = None) -> str:
                   f"(a round: a bump, {prefix[0]['groups']} prompts of {prefix[0]['prompt_tokens']} tokens sharing "
                   f"{prefix[0]['system_tokens']}, {prefix[0]['samples']} samples each, then the last round's prompt again)",
                   "", prefix_cache.table(prefix)]
+    boundary = read_json("step_boundary")
+    if boundary:
+        first = boundary[0]
+        parts += ["", f"## Figure 9: the step boundary, framework by framework ({first['rounds']} steps per row, rows "
+                  f"interleaved per step; a step: {first['batch']} + {first['oversample']} requests, max_new_tokens lognormal "
+                  f"around {first['max_new_tokens']['median']} capped at {first['max_new_tokens']['cap']}, the boundary once "
+                  f"{first['batch']} have finished)"]
+        for figure in boundary:
+            parts += ["", f"### {figure['engine']} ({figure['seconds']:.0f} s with the servers' start)", "",
+                      step_boundary.table(figure), "", "What failed first, per row and kind:", "",
+                      *(step_boundary.first_failures(figure) or ["- nothing"])]
     return "\n".join(parts) + "\n"
 
 

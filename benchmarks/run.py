@@ -2,13 +2,15 @@
 and plots in ``benchmarks/results/``.
 
     BENCH_FIGURES=5,6 BENCH_ROUNDS=3 make bench     # a quick run: the stub figures only
-    make bench                                      # everything, 10 rounds (about 25 minutes here)
+    make bench                                      # everything, 10 rounds (about 25 minutes here
+                                                    # for figures 1-8; figure 9 adds about 11)
 
 Figures 1-4 start SGLang and then vLLM (both without and with the plugin), figure 7 vLLM with one
 and then two API processes, figure 8 each engine with the prefix cache scoped by weight version and
-not. A real-engine figure holds ``BENCH_LOCK`` (a file, when set) while
-its servers run, so that it never shares the machine with another real-engine run. An engine
-that cannot start stops the run with its log tail.
+not, figure 9 each engine without the plugin and with it (both up at once), each RL framework's
+step boundary side by side with the contract's weight swap. A real-engine figure holds
+``BENCH_LOCK`` (a file, when set) while its servers run, so that it never shares the machine with
+another real-engine run. An engine that cannot start stops the run with its log tail.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ import os
 import sys
 from typing import Iterator
 
-from . import fleets, prefix_cache, real_engines, report, stub_scaling, vllm_api_servers
+from . import fleets, prefix_cache, real_engines, report, step_boundary, stub_scaling, vllm_api_servers
 from .common import stop_cleanly_on_sigterm, progress, rounds_default, write_json
 
-ALL = (5, 6, 1, 2, 3, 4, 7, 8)
+ALL = (5, 6, 1, 2, 3, 4, 7, 8, 9)
 
 
 @contextlib.contextmanager
@@ -74,6 +76,12 @@ def main() -> None:
             with real_engine_lock():
                 figure.append(prefix_cache.run(engine, args.rounds))
         write_json("prefix_cache", figure)
+    if 9 in figures:
+        figure = []
+        for engine in ("sglang", "vllm"):
+            with real_engine_lock():
+                figure.append(step_boundary.run(engine, args.rounds))
+        write_json("step_boundary", figure)
     command = f"BENCH_FIGURES={','.join(map(str, sorted(figures)))} BENCH_ROUNDS={args.rounds} make bench"
     for path in report.write(command):
         progress(f"wrote {path}")
