@@ -252,7 +252,7 @@ async def run_loop(fleet: Fleet, trainer: Trainer, load: WeightLoad, initial: Ch
     state.producer = producer
     probe_ids = config.probe_ids()
     first = StepReport(0, "step-0")
-    await _all_ok(await fleet.update_weight_version(first.version), "set the first version")
+    _all_ok(await fleet.update_weight_version(first.version), "set the first version")
     await _check_versions(fleet, first)
     await _probe(fleet, probe_ids, initial, first)
     state.steps.append(first)
@@ -310,7 +310,7 @@ async def _swap(fleet: Fleet, load: WeightLoad, checkpoint: Checkpoint, report: 
     producer.resumed.clear()
     t = time.monotonic()
     async with fleet.weight_swap(report.version, mode=mode) as swap:
-        await _all_ok(swap.began, "begin the weight swap")
+        _all_ok(swap.began, "begin the weight swap")
         # Paused now: a rollout still running is one the swap keeps on its server.
         kept = in_flight & producer.running if mode == "keep" else set()
         producer.kept_by[report.step] = kept
@@ -318,7 +318,7 @@ async def _swap(fleet: Fleet, load: WeightLoad, checkpoint: Checkpoint, report: 
         failed = [f"{s.url}: {x}" for s, x in zip(fleet.servers, loads) if isinstance(x, BaseException)]
         if failed:
             raise ServerError(fleet.servers[0].url, "http", "the weight load failed, the swap is left open: " + "; ".join(failed))
-    await _all_ok(swap.committed, "commit the weight swap")
+    _all_ok(swap.committed, "commit the weight swap")
     report.boundary_s = time.monotonic() - t
     producer.resumed.set()
     report.finished = finished_before - producer.finished_at_last_swap
@@ -355,7 +355,7 @@ async def _probe(fleet: Fleet, probe_ids: list[int], checkpoint: Checkpoint, rep
         report.problems.append(f"the probe's tokens carry versions {sorted(spans)}, not {report.version}")
 
 
-async def _all_ok(result, what: str) -> None:
+def _all_ok(result, what: str) -> None:
     if not result.ok:
         raise ServerError(result.failed[0].url, "http", f"could not {what}: " + "; ".join(f"{r.url}: {r.error}" for r in result.failed))
 
