@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-import requests
+# tests/swap/send_tensors.py: the calls of one update, which this process makes once per swap.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "swap"))
+from send_tensors import send  # noqa: E402
 
 
 def main() -> None:
@@ -40,31 +43,7 @@ def main() -> None:
         if ask["checkpoint"] not in loaded:
             loaded[ask["checkpoint"]] = list(load_file(ask["checkpoint"] + "/model.safetensors").items())
         payload = MultiprocessingSerializer.serialize(loaded[ask["checkpoint"]], output_str=True)
-        headers = {"Authorization": f"Bearer {ask['key']}"}
-
-        def post(route: str, body: dict) -> None:
-            try:
-                response = requests.post(ask["url"] + route, json=body, headers=headers, timeout=300)
-                try:
-                    answer: Any = response.json()
-                except ValueError:
-                    answer = response.text
-                print(json.dumps({"route": route, "status": response.status_code, "body": answer}), flush=True)
-            except requests.RequestException as exc:  # the engine died
-                print(json.dumps({"route": route, "status": None, "body": f"{type(exc).__name__}: {exc}"}), flush=True)
-
-        body: dict = {"serialized_named_tensors": [payload]}
-        if ask.get("weight_version") is not None:
-            body["weight_version"] = ask["weight_version"]
-        if not ask.get("flush", True):
-            body["flush_cache"] = False
-        if ask.get("session"):
-            post("/begin_weight_update", {})
-        post("/update_weights_from_tensor", body)
-        if ask.get("bump") is not None:
-            post("/update_weight_version", {"new_version": ask["bump"], "abort_all_requests": False})
-        if ask.get("session"):
-            post("/end_weight_update", {})
+        send(ask["url"], ask["key"], payload, ask.get("weight_version"), bool(ask.get("session")), ask.get("flush", True), ask.get("bump"))
         print(json.dumps({"done": True}), flush=True)
 
 

@@ -18,7 +18,6 @@ import argparse
 import json
 from pathlib import Path
 
-import requests
 
 
 def main() -> None:
@@ -41,10 +40,23 @@ def main() -> None:
     torch.multiprocessing.set_sharing_strategy("file_system")
     tensors = load_file(str(args.checkpoint / "model.safetensors"))
     payload = MultiprocessingSerializer.serialize(list(tensors.items()), output_str=True)
-    headers = {"Authorization": f"Bearer {args.key}"}
+    send(args.url, args.key, payload, args.weight_version, args.session, not args.no_flush, args.bump)
+
+
+def send(url: str, key: str, payload: str, weight_version: str | None = None, session: bool = False, flush: bool = True,
+         bump: str | None = None) -> None:
+    """The calls of one tensor update of *payload* (SGLang's serialized tensors) to *url*, each
+    answer printed as one JSON line (status None when the engine did not answer)."""
+    import requests
+
+    headers = {"Authorization": f"Bearer {key}"}
 
     def post(route: str, body: dict) -> None:
-        response = requests.post(args.url + route, json=body, headers=headers, timeout=300)
+        try:
+            response = requests.post(url + route, json=body, headers=headers, timeout=300)
+        except requests.RequestException as exc:  # the engine died
+            print(json.dumps({"route": route, "status": None, "body": f"{type(exc).__name__}: {exc}"}), flush=True)
+            return
         try:
             answer = response.json()
         except ValueError:
@@ -52,18 +64,17 @@ def main() -> None:
         print(json.dumps({"route": route, "status": response.status_code, "body": answer}), flush=True)
 
     body: dict = {"serialized_named_tensors": [payload]}
-    if args.weight_version is not None:
-        body["weight_version"] = args.weight_version
-    if args.no_flush:
+    if weight_version is not None:
+        body["weight_version"] = weight_version
+    if not flush:
         body["flush_cache"] = False
-    if args.session:
+    if session:
         post("/begin_weight_update", {})
     post("/update_weights_from_tensor", body)
-    if args.bump is not None:
-        post("/update_weight_version", {"new_version": args.bump, "abort_all_requests": False})
-    if args.session:
+    if bump is not None:
+        post("/update_weight_version", {"new_version": bump, "abort_all_requests": False})
+    if session:
         post("/end_weight_update", {})
-
 
 if __name__ == "__main__":
     main()
