@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Optional, Protocol
 
-from engine_plugins.client import Fleet, Rollout, ServerClient, ServerError, run_rollout
+from engine_plugins.client import Fleet, Rollout, ServerClient, ServerError, run_rollout, tokens_per_version
 
 PROBE_TOKENS = 12
 DRAIN_TIMEOUT_S = 300.0
@@ -264,7 +264,7 @@ async def run_loop(fleet: Fleet, trainer: Trainer, load: WeightLoad, initial: Ch
             state.current = report
             await producer.ready.wait()
             batch = producer.take_batch()
-            report.batch_versions = _tokens_per_version(batch)
+            report.batch_versions = tokens_per_version(batch)
             state.phase = "training"
             on_change(state)
             t = time.monotonic()
@@ -367,11 +367,3 @@ def _count_kept_tokens(steps: list[StepReport], producer: Producer) -> None:
         for key in producer.kept_by.get(report.step, ()):
             if key in by_id:
                 report.kept_tokens += sum(1 for v in by_id[key].token_versions if v in older)
-
-
-def _tokens_per_version(rollouts: list[Rollout]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for rollout in rollouts:
-        for version, n in rollout.tokens_per_version().items():
-            counts[version] = counts.get(version, 0) + n
-    return counts

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..client import Flavor, Rollout, ServerClient, ServerError, run_rollout
+from ..client import Flavor, Rollout, ServerClient, ServerError, run_rollout, tokens_per_version
 from ..client.polling import Backoff, Deadline
 from . import exit_codes
 from .render import print_json, print_table, print_text
@@ -121,7 +121,7 @@ async def rl_loop(url: str, api_key: Optional[str], samples: int, max_new_tokens
                       "all_partials_back": round(salvage_s, 4), "version_bump": round(version_s, 4),
                       "resume_to_finish": round(finish_s, 3), "total": round(time.monotonic() - t0, 3)},
         "cancelled": len(first_cancel), "salvaged_tokens": sum(first_cancel.values()),
-        "tokens_per_version": _sum_versions(rollouts),
+        "tokens_per_version": tokens_per_version(rollouts),
         "per_sample": [{**r.to_dict(), "salvaged": first_cancel.get(i, 0), "tokens_per_version": r.tokens_per_version()}
                        for i, r in enumerate(rollouts)],
     }
@@ -145,14 +145,6 @@ async def _resume_quietly(server: ServerClient) -> None:
         await server.resume(10.0)
     except ServerError:
         pass  # best effort on the way out; the failure that got us here is what matters
-
-
-def _sum_versions(rollouts: list[Rollout]) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for r in rollouts:
-        for version, n in r.tokens_per_version().items():
-            totals[version] = totals.get(version, 0) + n
-    return totals
 
 
 def _check(summary: dict, rollouts: list[Rollout], first_cancel: dict, old: str, new: str) -> None:

@@ -15,12 +15,12 @@ from .fleet import Fleet, FleetResult, ServerResult, WeightSwapRun
 from .loads import Load, LoadParseError, parse_loads, parse_vllm_metrics
 from .polling import Deadline
 from .results import AbortOutcome, PauseOutcome, StaleSelector, VersionOutcome
-from .rollout import Attempt, Rollout, run_rollout
+from .rollout import Attempt, Rollout, run_rollout, tokens_per_version
 from .server import ServerClient
 
 __all__ = [
     "WeightSwapRun",
     "AbortOutcome", "Attempt", "Deadline", "Detection", "Fleet", "FleetResult", "Flavor", "Load", "LoadParseError",
     "PauseOutcome", "Rollout", "ServerClient", "ServerError", "ServerResult", "StaleSelector", "VersionOutcome", "parse_loads",
-    "parse_vllm_metrics", "run_rollout",
+    "parse_vllm_metrics", "run_rollout", "tokens_per_version",
 ]

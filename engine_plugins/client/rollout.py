@@ -97,6 +97,15 @@ class Rollout:
         }
 
 
+def tokens_per_version(rollouts: Sequence[Rollout]) -> dict[str, int]:
+    """How many output tokens each weight version generated, over *rollouts*."""
+    totals: dict[str, int] = {}
+    for rollout in rollouts:
+        for version, n in rollout.tokens_per_version().items():
+            totals[version] = totals.get(version, 0) + n
+    return totals
+
+
 async def run_rollout(
     rollout: Rollout,
     servers: Sequence[ServerClient],
