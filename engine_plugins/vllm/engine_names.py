@@ -10,7 +10,7 @@
   :func:`install_request_counts`, the pause hold of :func:`install_pause_hold`), and the launch
   flags the plugin reads.
 
-- The supported releases (vLLM 0.30 to 0.33): :data:`REQUIRED_NAMES` lists every name used,
+- The supported releases (vLLM 0.30 to 0.34): :data:`REQUIRED_NAMES` lists every name used,
   checked by :func:`probe` (on the imported vLLM at startup, on each release's wheel by the static
   probe test); :data:`FEATURES` and :data:`PAUSE_FEATURES` are the differences between releases,
   each covered by a shim that the probe (never the version string) switches on.
