@@ -10,7 +10,7 @@
   :func:`install_request_counts`, the pause hold of :func:`install_pause_hold`), and the launch
   flags the plugin reads.
 
-- The supported releases (vLLM 0.30 to 0.33): :data:`REQUIRED_NAMES` lists every name used,
+- The supported releases (vLLM 0.30 to 0.34): :data:`REQUIRED_NAMES` lists every name used,
   checked by :func:`probe` (on the imported vLLM at startup, on each release's wheel by the static
   probe test); :data:`FEATURES` and :data:`PAUSE_FEATURES` are the differences between releases,
   each covered by a shim that the probe (never the version string) switches on.
@@ -44,9 +44,9 @@ _CONTRACT_SETS_VERSION: ContextVar[bool] = ContextVar("engine_plugins_vllm_contr
 # Under "vllm." so that vLLM's own log handler (configured for the "vllm" logger) prints it.
 logger = logging.getLogger("vllm." + __name__)
 
-# The vLLM releases the plugin supports (every 0.33.x included); versions between differ in what
+# The vLLM releases the plugin supports (every 0.34.x included); versions between differ in what
 # FEATURES lists, and the plugin switches on those probes, never on the version string.
-LOWEST_VERSION, HIGHEST_VERSION = "0.30", "0.33"
+LOWEST_VERSION, HIGHEST_VERSION = "0.30", "0.34"
 SUPPORTED_VERSION = f"{LOWEST_VERSION} to {HIGHEST_VERSION}"
 # The EngineCore utility method the general plugin installs; the engine core looks utility
 # methods up by name.
@@ -179,6 +179,9 @@ class VllmNames:
     paused_errors: tuple[type[BaseException], ...] = ()
     """What ``generate`` raises for a request the engine core rejects while paused (0.33 on:
     ``RetryableRequestError``); empty where new requests queue during every pause."""
+    status_errors: tuple[type[BaseException], ...] = ()
+    """Refusals that carry their own HTTP status (``GracefulHTTPError``: a full queue, 503; on
+    0.34 ``EngineFaultedError`` while the engine is unhealthy, 503), answered with that status."""
 
     def shims(self) -> list[str]:
         """The shims in force for this vLLM, in words (for the startup log)."""
@@ -217,6 +220,7 @@ def load_names() -> VllmNames:
         native_spans=report.features[NATIVE_SPANS],
         utility_all=report.features[UTILITY_ALL],
         paused_errors=(vllm_exceptions.RetryableRequestError,) if rejects else (),
+        status_errors=tuple(e for e in (getattr(vllm_exceptions, "GracefulHTTPError", None),) if e is not None),
     )
     check_names(names)
     return names

@@ -69,6 +69,9 @@ class VllmSeam:
                 return
             except client_errors as exc:
                 raise ContractError(400, f"vLLM refused the request: {exc}") from None
+            except self.vllm.names.status_errors as exc:
+                # vLLM's own routes answer these with the status they carry (503: try elsewhere).
+                raise ContractError(int(exc.http_status), f"vLLM refused the request: {exc.message}") from None
 
     async def abort(self, entries: Sequence[InFlight]) -> None:
         """Abort the engine-core requests of *entries*; those not sent yet are aborted once sent."""

@@ -30,6 +30,10 @@ GUARDED_PATHS = frozenset({
     "/wake_up",
     "/reset_prefix_cache",
     "/release_kv_cache_memory",
+    # 0.34: mounted with --enable-sleep-mode, outside dev mode; a prepare drains the server.
+    "/checkpoint/prepare",
+    "/checkpoint/restore",
+    "/checkpoint/status",
 })
 """vLLM's routes (every method) that change the weights or the memory the requests use."""
 
