@@ -8,7 +8,7 @@ DEMO_ARGS ?=
 BENCH_FIGURES ?=
 BENCH_ROUNDS ?=
 
-.PHONY: setup engines test test-fast demo bench clean fresh-machine-check
+.PHONY: setup engines test test-releases test-fast demo bench clean fresh-machine-check
 
 # The development environment: this package, editable, with its test tools.
 $(VENV)/.installed: pyproject.toml
@@ -32,6 +32,12 @@ engines: setup
 # real SGLang and vLLM servers.
 test: setup engines
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The smoke subset on the releases with a CPU build that no RL framework pins (make test runs it on
+# those a framework pins): the 5th column of requirements/engine-versions.txt is "-".
+RELEASE_TARGETS = $(shell awk '!/^\#/ && NF && $$4 == "real" && $$5 == "-" { printf " --target %s@%s", $$1, $$2 }' requirements/engine-versions.txt)
+test-releases: setup engines
+	$(VENV)/bin/python -m pytest tests/contract tests/sglang tests/vllm tests/test_engine_versions.py$(RELEASE_TARGETS) $(PYTEST_ARGS)
 
 # Only what needs no real engine (seconds).
 test-fast: setup

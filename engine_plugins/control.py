@@ -360,12 +360,20 @@ class RolloutControl:
         async with self._pause_state:
             if weight_swap is not None:
                 self.refuse_second_swap(weight_swap)
+            before = (self.pause_mode, self._refusing, self.weight_swap)
+            if weight_swap is not None:
                 self.weight_swap = weight_swap
             self.pause_mode, self._refusing = mode, mode == "abort"
             if mode == "wait":
                 self._draining = drain = asyncio.ensure_future(self._drain(timeout, clear_cache))
             else:
-                await self.seam.pause(mode, clear_cache)
+                try:
+                    await self.seam.pause(mode, clear_cache)
+                except BaseException:
+                    # The engine refused (vLLM under a prepared checkpoint): the contract is as it
+                    # was, so that /is_paused, the gate and a later pause tell the truth.
+                    self.pause_mode, self._refusing, self.weight_swap = before
+                    raise
         if mode == "wait":
             try:
                 await asyncio.shield(drain)

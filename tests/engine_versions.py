@@ -19,6 +19,8 @@ class Release:
     wheel: str
     tested: str
     """``pinned`` (full suite, real), ``real`` (smoke subset, real) or ``probe`` (static only)."""
+    frameworks: tuple[str, ...] = ()
+    """The RL frameworks whose releases pin or allow it."""
 
     def __str__(self) -> str:
         return f"{self.engine}@{self.version}"
@@ -26,7 +28,12 @@ class Release:
 
 def _read() -> list[Release]:
     lines = (REPO / "requirements" / "engine-versions.txt").read_text().splitlines()
-    return [Release(*line.split()[:4]) for line in lines if line.strip() and not line.startswith("#")]
+    releases = []
+    for line in lines:
+        if line.strip() and not line.startswith("#"):
+            engine, version, wheel, tested, frameworks = line.split()[:5]
+            releases.append(Release(engine, version, wheel, tested, tuple(f for f in frameworks.split(",") if f != "-")))
+    return releases
 
 
 SUPPORTED: list[Release] = _read()
@@ -63,6 +70,8 @@ SMOKE = frozenset({
     "sglang/test_sglang_weight_updates.py::test_an_in_place_pause_and_a_stock_disk_update_answer_200_with_one_version_and_keep_the_requests",
 })
 VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
+# Those no framework pins run only when named (make test-releases), to keep make test in time.
+OPT_IN_VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real" and not r.frameworks)
 # The targets that run only SMOKE: those, and the fake that follows vLLM 0.31 (its shims, fast).
 SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub"}
 

@@ -20,6 +20,8 @@ from typing import Callable, ContextManager, Iterator, Optional
 
 import httpx
 
+from engine_versions import OPT_IN_VERSION_TARGETS
+
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
 API_KEY = "contract-suite-key"
@@ -178,8 +180,9 @@ TARGETS: dict[str, Callable[[Path], ContextManager[Target]]] = {
 }
 
 
-# Targets too slow for every run: only run when named (--target NAME).
-OPT_IN_TARGETS: set[str] = set()
+# Targets too slow for every run: only run when named (--target NAME); among them the releases
+# with a CPU build that no RL framework pins (make test-releases).
+OPT_IN_TARGETS: set[str] = set(OPT_IN_VERSION_TARGETS)
 # Targets only the tests that name them (@pytest.mark.targets) run on: the weight-swap tests'
 # servers of their own, which the contract suite as a whole need not run on again.
 DEDICATED_TARGETS: set[str] = set()

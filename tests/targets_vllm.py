@@ -1,5 +1,5 @@
-"""vLLM contract targets: ``vllm-stub`` (the real plugin on a fake AsyncLLM), ``vllm-0.33-stub``
-(the same fake with vLLM 0.33's pause), ``vllm-stub-api3`` (three fake front ends on one engine
+"""vLLM contract targets: ``vllm-stub`` (the real plugin on a fake AsyncLLM), ``vllm-0.34-stub``
+(the same fake as vLLM 0.34: 0.33's pause, the process checkpoint routes), ``vllm-stub-api3`` (three fake front ends on one engine
 core), ``vllm`` (a real vLLM 0.32, the pinned release), ``vllm-api2`` (the same with two API
 server processes) and
 ``vllm@VERSION`` for every other release with a CPU build (requirements/engine-versions.txt),
@@ -54,7 +54,9 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
 
 TARGETS = {
     "vllm-stub": lambda tmp: fake_vllm_server(tmp),
-    "vllm-0.33-stub": lambda tmp: fake_vllm_server(tmp, "--pause-rejects-new", "--dev-mode", name="vllm-0.33-stub"),
+    # vLLM 0.34, which is 0.33 (its pause rejects new requests) with the process checkpoint,
+    # mounted by --enable-sleep-mode: the full suite runs with those routes there.
+    "vllm-0.34-stub": lambda tmp: fake_vllm_server(tmp, "--like-0.34", "--enable-sleep-mode", "--dev-mode", name="vllm-0.34-stub"),
     # The smoke subset only (engine_versions.SMOKE_ONLY), as on the real 0.30 and 0.31.
     "vllm-0.31-stub": lambda tmp: fake_vllm_server(tmp, "--like-0.31", "--dev-mode", name="vllm-0.31-stub"),
     # Three front ends (API server processes) on one engine core and one port.

@@ -21,11 +21,14 @@ from engine_versions import REPO, SUPPORTED, wheel_source
 NAMES = {"vllm": vllm_names, "sglang": sglang_names}
 # What each release has, read from its source (docs/engine-notes.md, "Engine versions").
 EXPECTED_FEATURES = {
-    ("vllm", "0.30.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False},
-    ("vllm", "0.31.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False},
-    ("vllm", "0.32.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": False},
-    ("vllm", "0.33.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": True},
-    ("vllm", "0.34.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": True},
+    ("vllm", "0.27.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
+    ("vllm", "0.28.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
+    ("vllm", "0.29.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
+    ("vllm", "0.30.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
+    ("vllm", "0.31.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
+    ("vllm", "0.32.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": False, "process_checkpoint": False},
+    ("vllm", "0.33.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": True, "process_checkpoint": False},
+    ("vllm", "0.34.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": True, "process_checkpoint": True},
     ("sglang", "0.5.20"): {"legacy_get_load": True, "weight_update_session": False},
     ("sglang", "0.5.21"): {"legacy_get_load": False, "weight_update_session": True},
     ("sglang", "0.5.22"): {"legacy_get_load": False, "weight_update_session": True},
@@ -72,15 +75,15 @@ def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
     ]
 
 
-@pytest.mark.parametrize("engine, version", [("vllm", "0.29.0"), ("vllm", "0.35.0"), ("sglang", "0.5.19"), ("sglang", "0.6.0")])
+@pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("vllm", "0.35.0"), ("sglang", "0.5.19"), ("sglang", "0.6.0")])
 def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     with pytest.raises(StartupError) as info:
         NAMES[engine].check_version(version)
     assert f"{version} is not supported" in str(info.value) and NAMES[engine].SUPPORTED_VERSION in str(info.value)
 
 
-LOG_TARGETS = {"vllm@0.30.0": ("vllm", "0.30.0"), "vllm@0.31.0": ("vllm", "0.31.0"), "vllm-0.31-stub": ("vllm", "0.31.0"),
-               "vllm-0.33-stub": ("vllm", "0.33.0"), "sglang@0.5.20": ("sglang", "0.5.20"),
+LOG_TARGETS = {"vllm@0.29.0": ("vllm", "0.29.0"), "vllm@0.30.0": ("vllm", "0.30.0"), "vllm@0.31.0": ("vllm", "0.31.0"), "vllm-0.31-stub": ("vllm", "0.31.0"),
+               "vllm-0.34-stub": ("vllm", "0.34.0"), "sglang@0.5.20": ("sglang", "0.5.20"),
                "sglang@0.5.21": ("sglang", "0.5.21"), "sglang@0.5.22": ("sglang", "0.5.22")}
 
 

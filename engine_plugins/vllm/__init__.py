@@ -1,4 +1,4 @@
-"""The vLLM plugin (vLLM 0.30 to 0.34): the contract on vLLM's own OpenAI server, over ``AsyncLLM``.
+"""The vLLM plugin (vLLM 0.27 to 0.34): the contract on vLLM's own OpenAI server, over ``AsyncLLM``.
 
 - :mod:`.plugin`: the ``vllm.endpoint_plugins`` and ``vllm.general_plugins`` entry points;
 - :mod:`.engine_names`: every vLLM name the plugin uses, imported lazily and checked at startup;

@@ -10,7 +10,7 @@
   :func:`install_request_counts`, the pause hold of :func:`install_pause_hold`), and the launch
   flags the plugin reads.
 
-- The supported releases (vLLM 0.30 to 0.34): :data:`REQUIRED_NAMES` lists every name used,
+- The supported releases (vLLM 0.27 to 0.34): :data:`REQUIRED_NAMES` lists every name used,
   checked by :func:`probe` (on the imported vLLM at startup, on each release's wheel by the static
   probe test); :data:`FEATURES` and :data:`PAUSE_FEATURES` are the differences between releases,
   each covered by a shim that the probe (never the version string) switches on.
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
 from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, check, in_range
-from ..errors import StartupError
+from ..errors import ContractError, StartupError
 from ..model_limits import ModelLimits
 from ..schema import SamplingParams as ContractSampling
 from ..schema import WeightVersionSpan
@@ -46,13 +46,15 @@ logger = logging.getLogger("vllm." + __name__)
 
 # The vLLM releases the plugin supports (every 0.34.x included); versions between differ in what
 # FEATURES lists, and the plugin switches on those probes, never on the version string.
-LOWEST_VERSION, HIGHEST_VERSION = "0.30", "0.34"
+LOWEST_VERSION, HIGHEST_VERSION = "0.27", "0.34"
 SUPPORTED_VERSION = f"{LOWEST_VERSION} to {HIGHEST_VERSION}"
 # The EngineCore utility method the general plugin installs; the engine core looks utility
 # methods up by name.
 REQUEST_COUNTS_UTILITY = "engine_plugins_request_counts"
 # The EngineCore utility that marks the scheduler's pause as the contract's (install_pause_hold).
 PAUSE_HOLD_UTILITY = "engine_plugins_hold_pause"
+# vLLM 0.34's CheckpointState.RUNNING (a StrEnum): the only state a contract pause may begin in.
+CHECKPOINT_RUNNING = "running"
 NOT_INSTALLED = "(not installed)"
 
 # What the plugin uses on the engine client (an AsyncLLM), checked by VllmEngine.
@@ -130,6 +132,7 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
 
 # What differs between the supported releases, each covered by a shim (docs/engine-notes.md).
 NATIVE_SPANS, UTILITY_ALL, REJECTS_WHILE_PAUSED = "native_spans", "utility_all", "rejects_while_paused"
+PROCESS_CHECKPOINT = "process_checkpoint"
 FEATURES: tuple[Feature, ...] = (
     Feature(NATIVE_SPANS, _n("outputs", "CompletionOutput.weight_versions"),
             "weight-version spans: counted by the plugin from the engine core's outputs"),
@@ -140,6 +143,9 @@ FEATURES: tuple[Feature, ...] = (
 PAUSE_FEATURES: tuple[Feature, ...] = (
     Feature(REJECTS_WHILE_PAUSED, _n("v1.engine.core", "EngineCoreProc._reject_add_while_paused"),
             "abort pause: a request the engine core rejects as paused ends cancelled, with its tokens"),
+    Feature(PROCESS_CHECKPOINT, _n("v1.engine.core", "EngineCoreProc.checkpoint_prepare", "mode"),
+            "process checkpoint: no /checkpoint/prepare under the contract's pause, no contract pause "
+            "while a checkpoint is prepared"),
 )
 
 
@@ -153,11 +159,13 @@ def active_shims(report: ProbeReport) -> list[str]:
     return report.active_shims(FEATURES) + [f.shim for f in PAUSE_FEATURES if report.features.get(f.key)]
 
 
-def check_version(version: str) -> None:
-    """StartupError naming *version* and the supported range when it lies outside."""
+def check_version(version: str, report: Optional[ProbeReport] = None) -> None:
+    """StartupError naming *version* and the supported range when it lies outside; with *report*
+    (the probe of that release), also what it lacks of what the plugin uses."""
     if not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
+        lacks = f"; vLLM {version} lacks {', '.join(report.missing)}" if report is not None and report.missing else ""
         raise StartupError(
-            f"engine_plugins: vLLM {version} is not supported; this plugin supports vLLM {SUPPORTED_VERSION}"
+            f"engine_plugins: vLLM {version} is not supported; this plugin supports vLLM {SUPPORTED_VERSION}{lacks}"
         )
 
 
@@ -182,19 +190,23 @@ class VllmNames:
     status_errors: tuple[type[BaseException], ...] = ()
     """Refusals that carry their own HTTP status (``GracefulHTTPError``: a full queue, 503; on
     0.34 ``EngineFaultedError`` while the engine is unhealthy, 503), answered with that status."""
+    process_checkpoint: bool = False
+    """vLLM's process checkpoint (0.34 on: ``/checkpoint/prepare``), guarded against the
+    contract's pause by :func:`install_checkpoint_guard` and :meth:`VllmEngine.hold_pause`."""
 
     def shims(self) -> list[str]:
         """The shims in force for this vLLM, in words (for the startup log)."""
         report = ProbeReport(features={NATIVE_SPANS: self.native_spans, UTILITY_ALL: self.utility_all,
-                                       REJECTS_WHILE_PAUSED: bool(self.paused_errors)})
+                                       REJECTS_WHILE_PAUSED: bool(self.paused_errors),
+                                       PROCESS_CHECKPOINT: self.process_checkpoint})
         return active_shims(report)
 
 
 def load_names() -> VllmNames:
     """Import what the plugin needs from the installed vLLM and check it; a clear StartupError if it cannot."""
     version = _installed_version()
-    if version != NOT_INSTALLED:
-        check_version(version)
+    if version != NOT_INSTALLED and not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
+        check_version(version, probe())
     try:
         import vllm
         from vllm import exceptions as vllm_exceptions
@@ -221,6 +233,7 @@ def load_names() -> VllmNames:
         utility_all=report.features[UTILITY_ALL],
         paused_errors=(vllm_exceptions.RetryableRequestError,) if rejects else (),
         status_errors=tuple(e for e in (getattr(vllm_exceptions, "GracefulHTTPError", None),) if e is not None),
+        process_checkpoint=report.features[PROCESS_CHECKPOINT],
     )
     check_names(names)
     return names
@@ -257,6 +270,10 @@ class VllmEngine:
         self._span_starts: dict[str, list[tuple[str, int]]] = {}
         self._span_tokens: dict[str, int] = {}
         self._version = "default"
+        self.pause_held = False
+        """Whether this engine client's contract pause is on (set before vLLM's pause, cleared
+        after vLLM's resume): a request the engine core rejects as paused while it is off was
+        rejected by someone else's pause (0.34's ``/checkpoint/prepare``)."""
 
     def errored(self) -> bool:
         """Whether the engine core has died."""
@@ -385,8 +402,16 @@ class VllmEngine:
 
     async def hold_pause(self, held: bool) -> None:
         """Mark every engine core's pause as the contract's (*held*), or no longer: vLLM's
-        ``wake_up`` then leaves it paused (:func:`install_pause_hold`)."""
-        await self._on_every_core(PAUSE_HOLD_UTILITY, held)
+        ``wake_up`` then leaves it paused (:func:`install_pause_hold`).
+
+        A 409 naming the checkpoint's state, with no core held, where an engine core refuses
+        because a vLLM checkpoint is prepared or under way (0.34 on): vLLM could not resume
+        under the contract until ``/checkpoint/restore``.
+        """
+        refusals = [answer for answer in await self._on_every_core(PAUSE_HOLD_UTILITY, held) if answer]
+        if refusals:
+            await self._on_every_core(PAUSE_HOLD_UTILITY, False)
+            raise ContractError(409, refusals[0])
 
     async def _on_every_core(self, utility: str, *args: Any) -> list[Any]:
         """One of the general plugin's utilities called on every engine core; their answers."""
@@ -405,16 +430,19 @@ class VllmEngine:
         the engine core holds; new requests queue in both. The pause is held: vLLM's
         ``/wake_up`` does not end it (:func:`install_pause_hold`)."""
         await self.hold_pause(True)
+        self.pause_held = True
         try:
             await self.llm.pause_generation(mode=mode, clear_cache=clear_cache)
         except BaseException:
             await self.hold_pause(False)
+            self.pause_held = False
             raise
 
     async def resume_generation(self) -> None:
         """``AsyncLLM.resume_generation``: queued and frozen requests go on."""
         await self.hold_pause(False)
         await self.llm.resume_generation()
+        self.pause_held = False
 
     async def update_weight_version(self, version: str) -> None:
         """``AsyncLLM.update_weight_version``: later tokens carry *version*; nothing is aborted."""
@@ -546,9 +574,15 @@ def install_pause_hold(engine_core_cls: type) -> None:
         return
     original_wake_up = engine_core_cls.wake_up
 
-    def engine_plugins_hold_pause(self: Any, held: bool) -> None:
-        """Mark this scheduler's pause as the contract's (or no longer)."""
+    def engine_plugins_hold_pause(self: Any, held: bool) -> Optional[str]:
+        """Mark this scheduler's pause as the contract's (or no longer); or, with nothing
+        changed, why not: a vLLM checkpoint prepared or under way (0.34 on)."""
+        state = getattr(self, "_checkpoint_state", None)
+        if held and state is not None and str(state) != CHECKPOINT_RUNNING:
+            return (f"vLLM's process checkpoint is {state}: the contract cannot pause it until "
+                    "POST /checkpoint/restore")
         self._engine_plugins_pause_held = bool(held)
+        return None
 
     def wake_up(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not getattr(self, "_engine_plugins_pause_held", False):
@@ -565,17 +599,40 @@ def install_pause_hold(engine_core_cls: type) -> None:
     engine_core_cls.wake_up = wake_up
 
 
+def install_checkpoint_guard(engine_core_cls: type) -> None:
+    """Make vLLM's ``checkpoint_prepare`` (0.34 on; nothing before) refuse, with nothing changed,
+    while the contract holds its pause: its drain would turn a keep pause into a wait, release
+    the KV cache under the frozen requests, and leave the contract's resume refused until
+    ``/checkpoint/restore``. ``/checkpoint/prepare`` answers that refusal as its 400.
+
+    Idempotent, as :func:`install_request_counts`.
+    """
+    original = getattr(engine_core_cls, "checkpoint_prepare", None)
+    if original is None or getattr(original, "_engine_plugins_guard", False):
+        return
+
+    def checkpoint_prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "_engine_plugins_pause_held", False):
+            return "Cannot prepare while the contract's pause holds the engine: POST /resume first"
+        return original(self, *args, **kwargs)
+
+    checkpoint_prepare.__doc__ = original.__doc__
+    checkpoint_prepare._engine_plugins_guard = True  # type: ignore[attr-defined]
+    engine_core_cls.checkpoint_prepare = checkpoint_prepare
+
+
 def _stay_paused() -> None:
     logger.info("engine_plugins: wake_up left the scheduler paused: the contract's pause holds it until /resume")
 
 
 def install_in_engine_core() -> None:
-    """The general plugin's utilities on vLLM's own ``EngineCore``: :func:`install_request_counts`
-    and :func:`install_pause_hold`."""
-    from vllm.v1.engine.core import EngineCore
+    """The general plugin's utilities on vLLM's own ``EngineCore``: :func:`install_request_counts`,
+    :func:`install_pause_hold` and :func:`install_checkpoint_guard`."""
+    from vllm.v1.engine.core import EngineCore, EngineCoreProc
 
     install_request_counts(EngineCore)
     install_pause_hold(EngineCore)
+    install_checkpoint_guard(EngineCoreProc)
 
 
 def engine_api_keys(args: Any) -> list[str]:

@@ -63,9 +63,13 @@ class VllmSeam:
                 async for output in outputs:
                     yield self.vllm.read_output(output)
             except self.vllm.names.paused_errors:
-                # vLLM 0.33 on: the engine core rejected the request as paused (abort pause).
-                # The stream ends without a finish reason, so the control reports it cancelled
-                # with the tokens it had.
+                if not self.vllm.pause_held:
+                    # Paused by someone else (0.34's /checkpoint/prepare): no resume of ours will come.
+                    raise ContractError(503, "vLLM refused the request: the engine is paused outside the contract "
+                                             "(a /checkpoint/prepare until /checkpoint/restore); retry elsewhere") from None
+                # vLLM 0.33 on: the engine core rejected the request during the contract's abort
+                # pause. The stream ends without a finish reason, so the control reports it
+                # cancelled with the tokens it had.
                 return
             except client_errors as exc:
                 raise ContractError(400, f"vLLM refused the request: {exc}") from None

@@ -30,13 +30,13 @@ def test_sampling_params_without_a_field_the_plugin_sets_stops_startup():
     assert "SamplingParams.detokenize" in str(info.value) and "vLLM 0.31.0" in str(info.value)
 
 
-@pytest.mark.parametrize("version", ["0.29.0", "0.35.0", "1.0.0", "0.9.0"])
+@pytest.mark.parametrize("version", ["0.26.0", "0.35.0", "1.0.0", "0.9.0"])
 def test_a_vllm_outside_the_supported_range_stops_startup_naming_it_and_the_range(version):
     with pytest.raises(StartupError) as info:
         check_names(dataclasses.replace(fake_names(), version=version))
-    assert f"vLLM {version} is not supported" in str(info.value) and "vLLM 0.30 to 0.34" in str(info.value)
+    assert f"vLLM {version} is not supported" in str(info.value) and "vLLM 0.27 to 0.34" in str(info.value)
 
 
-@pytest.mark.parametrize("version", ["0.30.0", "0.31.0", "0.32.0+cpu", "0.33.0", "0.33.2"])
+@pytest.mark.parametrize("version", ["0.27.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0+cpu", "0.33.0", "0.34.0", "0.34.1"])
 def test_every_supported_vllm_version_passes_the_range_check(version):
     check_names(dataclasses.replace(fake_names(), version=version))

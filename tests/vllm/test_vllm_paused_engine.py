@@ -1,7 +1,10 @@
 """vLLM 0.33's changed pause, on the fake that follows it (``--pause-rejects-new``): in abort mode
-the engine core rejects new requests until resume (503 ``engine_paused`` on vLLM's own routes),
-and a ``partial_generate`` that reaches the engine then answers ``cancelled: true`` with its
-tokens, never a 500. vLLM 0.33 has no CPU build: this fake and the static probe are its tests."""
+the engine core rejects new requests until resume (503 ``engine_paused`` on vLLM's own routes).
+A ``partial_generate`` that reaches an engine paused by the contract answers ``cancelled: true``
+with its tokens; one that reaches an engine paused by anyone else (vLLM's own ``/pause`` kept,
+0.34's ``/checkpoint/prepare``) answers 503, so that the client goes elsewhere rather than wait
+for a resume the contract will not see. Never a 500. vLLM 0.33 has no CPU build: this fake and
+the static probe are its tests."""
 
 import httpx
 import pytest
@@ -12,19 +15,19 @@ from targets_vllm import fake_vllm_server
 pytestmark = pytest.mark.anyio
 
 
-async def test_a_partial_generate_rejected_by_a_paused_engine_is_cancelled_not_a_500(tmp_path):
+async def test_a_partial_generate_rejected_by_an_engine_paused_outside_the_contract_is_a_503_not_a_500(tmp_path):
     # vLLM's own /pause is kept, so the engine is paused while the contract is not: every
     # contract request then reaches the paused engine core.
     env = {"ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES": "0"}
     with fake_vllm_server(tmp_path, "--pause-rejects-new", "--dev-mode", env=env) as target:
         async with Api(target) as api:
             assert (await api.post("/pause", params={"mode": "abort"})).json() == {"status": "paused"}
-            paused = await api.ok("POST", "/partial_generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8}})
+            paused = await api.post("/partial_generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8}})
             native = await api.post("/v1/completions", {"model": "fake-vllm", "prompt": [1, 2, 3], "max_tokens": 4})
             loads = await api.loads()
             await api.post("/resume")
             after = await api.ok("POST", "/partial_generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8}})
-    assert paused["cancelled"] is True and paused["finish_reason"] == "abort" and paused["output_ids"] == []
+    assert paused.status_code == 503 and "paused outside the contract" in paused.json()["error"]["message"]
     assert native.status_code == 503 and native.json()["error"]["type"] == "ServiceUnavailableError"
     assert loads["in_flight"] == 0
     assert after["finish_reason"] == "length" and len(after["output_ids"]) == 8

@@ -31,6 +31,15 @@ It keeps the semantics the plugin depends on, each checked against vLLM 0.32.0's
 collector (v1/engine/output_processor.py:764-771) and ``generate`` raises it after aborting the
 request (v1/engine/async_llm.py:820-827). ``keep`` still queues new requests.
 
+``AsyncLLM(checkpoints=True)`` adds vLLM 0.34.0's process checkpoint (v1/engine/core.py): the
+engine core's ``CheckpointState`` (v1/engine/__init__.py:44-61), ``checkpoint_prepare`` (a drain
+with ``pause_generation(mode, clear_cache=False)``, PREPARED once it completes: core.py:2471-2496,
+997-1016), ``checkpoint_restore`` (RESTORING, then ``wake_up(["kv_cache"])``: core.py:2498-2513),
+``resume_scheduler`` refusing unless restored and moving RESTORING to RUNNING (core.py:1063-1073),
+and ``EngineFaultedError`` (exceptions.py:203-214, a ``GracefulHTTPError`` answered 503) from
+``generate`` while the engine is marked faulted (async_llm.py:355-364). The KV release of a
+prepare is not modelled.
+
 ``AsyncLLM(stamp_versions=False)`` follows vLLM 0.30/0.31: the engine core stamps no weight
 version on its outputs, so no spans come back (their ``CompletionOutput`` has no
 ``weight_versions``: outputs.py:33-66), and the client has no ``call_utility_all_async``, only
@@ -170,6 +179,36 @@ class EngineCoreOutput:
     """vLLM 0.33: a request rejected on arrival (the only error the fake models: engine_paused)."""
     num_cached_tokens: Optional[int] = None
     """``prefill_stats.num_cached_tokens``: on the request's first output after its prefill."""
+
+
+class CheckpointState(enum.StrEnum):
+    """vLLM 0.34's process checkpoint lifecycle (v1/engine/__init__.py:44-61)."""
+
+    RUNNING = "running"
+    PREPARING = "preparing"
+    PREPARED = "prepared"
+    RESTORING = "restoring"
+    FAILED = "failed"
+
+    @property
+    def is_restored(self) -> bool:
+        return self in (CheckpointState.RUNNING, CheckpointState.RESTORING)
+
+
+class GracefulHTTPError(RuntimeError):
+    """vLLM's ``GracefulHTTPError`` (exceptions.py, 0.29 on): a refusal with its own status."""
+
+    def __init__(self, message: str, http_status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.http_status = http_status
+
+
+class EngineFaultedError(GracefulHTTPError):
+    """vLLM 0.34's refusal of new requests while the engine is unhealthy (exceptions.py:203-214)."""
+
+    def __init__(self) -> None:
+        super().__init__("The engine is faulted; new requests are not accepted until it recovers", 503)
 
 
 class RetryableRequestError(RuntimeError):
@@ -440,8 +479,10 @@ class EngineCore:
     """The engine-core process (v1/engine/core.py), as a task reading an ordered input queue."""
 
     def __init__(self, step_s: float, vocab_size: int, max_num_seqs: int, pause_rejects_new: bool = False,
-                 stamp_versions: bool = True) -> None:
+                 stamp_versions: bool = True, checkpoints: bool = False) -> None:
         self.step_s = step_s
+        # 0.34 (core.py:1194): None where the release has no process checkpoint.
+        self._checkpoint_state: Optional[CheckpointState] = CheckpointState.RUNNING if checkpoints else None
         self.stamp_versions = stamp_versions
         self.pause_rejects_new = pause_rejects_new
         self.reject_new_requests = False  # 0.33: core.py:1194, 2232-2236
@@ -534,8 +575,48 @@ class EngineCore:
         self.reject_new_requests = self.pause_rejects_new and mode != "keep"
 
     def resume_scheduler(self) -> None:
+        state = self._checkpoint_state
+        if state is not None:  # 0.34, core.py:1063-1073 and 2466-2469
+            if not state.is_restored:
+                raise RuntimeError(f"Cannot resume scheduling while the checkpoint state is {state}")
+            self._checkpoint_state = CheckpointState.RUNNING
         self.scheduler.pause_state = PauseState.UNPAUSED
         self.reject_new_requests = False
+
+    def checkpoint_state(self) -> tuple[CheckpointState, Optional[str]]:
+        """core.py:1194 (0.34)."""
+        return self._checkpoint_state, None
+
+    def checkpoint_prepare(self, mode: str = "wait") -> Optional[str]:
+        """core.py:2471-2496 (0.34): why it cannot prepare, or None; PREPARED once drained."""
+        state = self._checkpoint_state
+        if state in (CheckpointState.PREPARING, CheckpointState.PREPARED):
+            return None
+        if state != CheckpointState.RUNNING:
+            return f"Cannot prepare while the checkpoint state is {state}"
+        self._checkpoint_state = CheckpointState.PREPARING
+        drained = self.pause_scheduler(mode, clear_cache=False)
+        self.reject_new_requests = mode != "keep"  # EngineCoreProc.pause_generation, 2456-2464
+
+        def prepared(_: Any = None) -> None:  # _finish_pause, 997-1016
+            if self._checkpoint_state == CheckpointState.PREPARING:
+                self._checkpoint_state = CheckpointState.PREPARED
+
+        if drained is None:
+            prepared()
+        else:
+            drained.add_done_callback(prepared)
+        return None
+
+    def checkpoint_restore(self) -> None:
+        """core.py:2498-2513 (0.34)."""
+        state = self._checkpoint_state
+        if state.is_restored:
+            return
+        if state != CheckpointState.PREPARED:
+            raise RuntimeError(f"Cannot restore while the checkpoint state is {state}")
+        self._checkpoint_state = CheckpointState.RESTORING
+        self.wake_up(["kv_cache"])
 
     def is_scheduler_paused(self) -> bool:
         return self.scheduler.pause_state != PauseState.UNPAUSED
@@ -675,13 +756,16 @@ class AsyncLLM:
 
     def __init__(self, step_s: float = 0.003, vocab_size: int = 512, max_num_seqs: int = 64, max_model_len: int = 2048,
                  pause_rejects_new: bool = False, stamp_versions: bool = True, core: Optional[EngineCore] = None,
-                 client_index: int = 0) -> None:
+                 client_index: int = 0, checkpoints: bool = False) -> None:
         """*core*: the engine core of another front end to share (several API server
-        processes); *client_index*: this front end's place among them."""
+        processes); *client_index*: this front end's place among them; *checkpoints*: vLLM 0.34's
+        process checkpoint and ``EngineFaultedError``."""
         self.errored = False
+        self.faulted = False
+        """0.34: the engine is unhealthy; ``generate`` raises ``EngineFaultedError`` (set by the fake server)."""
         self.pause_rejects_new = pause_rejects_new
         self.output_processor = OutputProcessor()
-        core = core or EngineCore(step_s, vocab_size, max_num_seqs, pause_rejects_new, stamp_versions)
+        core = core or EngineCore(step_s, vocab_size, max_num_seqs, pause_rejects_new, stamp_versions, checkpoints)
         self.engine_core = EngineCoreClient(core, client_index)
         self.renderer = Renderer(max_model_len)
         self.model_config = ModelConfig(vocab_size, max_model_len)
@@ -724,6 +808,8 @@ class AsyncLLM:
     async def generate(self, prompt: Any, sampling_params: SamplingParams, request_id: str, **kwargs: Any) -> AsyncGenerator[RequestOutput, None]:
         """async_llm.py:743-823."""
         q: Optional[RequestOutputCollector] = None
+        if self.faulted:
+            raise EngineFaultedError()  # check_admission, before the request is added
         try:
             q = await self.add_request(request_id, prompt, sampling_params)
             finished = False
@@ -783,3 +869,13 @@ class AsyncLLM:
 
     async def get_weight_version(self) -> str:
         return await self.engine_core.call_utility_async("get_weight_version")
+
+    # 0.34: async_llm.py:1237-1248
+    async def checkpoint_prepare(self, mode: str = "wait") -> Optional[str]:
+        return await self.engine_core.call_utility_async("checkpoint_prepare", mode)
+
+    async def checkpoint_restore(self) -> None:
+        await self.engine_core.call_utility_async("checkpoint_restore")
+
+    async def checkpoint_state(self) -> tuple[CheckpointState, Optional[str]]:
+        return await self.engine_core.call_utility_async("checkpoint_state")

@@ -49,12 +49,14 @@ GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
 logger = logging.getLogger(__name__)
 
 
-def fake_names(pause_rejects_new: bool = False, like_031: bool = False) -> VllmNames:
+def fake_names(pause_rejects_new: bool = False, like_031: bool = False, like_034: bool = False) -> VllmNames:
     """The fake's stand-ins for the vLLM names the plugin imports, checked as vLLM's are; with
     *pause_rejects_new*, those of vLLM 0.33 (its paused engine core's rejection); with
-    *like_031*, those of vLLM 0.31 (no spans, no call_utility_all_async)."""
+    *like_031*, those of vLLM 0.31 (no spans, no call_utility_all_async); with *like_034*, 0.34's
+    (0.33's, and the process checkpoint)."""
+    version = "0.34.0" if like_034 else "0.33.0" if pause_rejects_new else "0.31.0" if like_031 else "0.32.0"
     names = VllmNames(
-        version="0.33.0+fake" if pause_rejects_new else "0.31.0+fake" if like_031 else "0.32.0+fake",
+        version=f"{version}+fake",
         native_spans=not like_031,
         utility_all=not like_031,
         paused_errors=(fake.RetryableRequestError,) if pause_rejects_new else (),
@@ -62,6 +64,8 @@ def fake_names(pause_rejects_new: bool = False, like_031: bool = False) -> VllmN
         SamplingParams=fake.SamplingParams,
         final_only=fake.RequestOutputKind.FINAL_ONLY,
         client_errors=(fake.FakeValidationError, ValueError),
+        status_errors=(fake.GracefulHTTPError,),
+        process_checkpoint=like_034,
     )
     engine_names.check_names(names)
     return names
@@ -70,13 +74,15 @@ def fake_names(pause_rejects_new: bool = False, like_031: bool = False) -> VllmN
 def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: bool = False, plugin: bool = True) -> FastAPI:
     """The fake vLLM server app: native routes, the plugin (unless *plugin* is false), the
     middleware; the engine starts with the app."""
-    rejects, like_031 = getattr(args, "pause_rejects_new", False), getattr(args, "like_031", False)
-    llm = llm or fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031)
-    endpoint_plugin = VllmEndpointPlugin(load_names=lambda: fake_names(rejects, like_031)) if plugin else None
+    like_031, like_034 = getattr(args, "like_031", False), getattr(args, "like_034", False)
+    rejects = getattr(args, "pause_rejects_new", False) or like_034
+    llm = llm or fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031, checkpoints=like_034)
+    endpoint_plugin = VllmEndpointPlugin(load_names=lambda: fake_names(rejects, like_031, like_034)) if plugin else None
     if plugin and getattr(args, "general_plugin", True):
         # What the general plugin does in the engine-core process (plugin.general_plugin).
         engine_names.install_request_counts(fake.EngineCore)
         engine_names.install_pause_hold(fake.EngineCore)
+        engine_names.install_checkpoint_guard(fake.EngineCore)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -92,6 +98,8 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
     app = FastAPI(lifespan=lifespan)
     app.state.engine_client = llm
     _native_routes(app, llm, dev_mode)
+    if like_034 and getattr(args, "enable_sleep_mode", False):
+        _checkpoint_routes(app, llm)
     if endpoint_plugin is not None:
         _attach_endpoint_plugin(app, endpoint_plugin)
     keys = [k for k in (args.api_key or []) if k]
@@ -250,6 +258,48 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
         return JSONResponse({"message": "Weight update finished"})
 
 
+def _checkpoint_routes(app: FastAPI, llm: fake.AsyncLLM) -> None:
+    """vLLM 0.34's process-checkpoint routes (serve/checkpoint/api_router.py:39-98), mounted with
+    ``--enable-sleep-mode`` outside dev mode (launchers/api_server/routers.py:68-73), and the
+    fake's switch for ``EngineFaultedError``."""
+
+    def answer(state: Any, error: Optional[str], status: int) -> JSONResponse:
+        return JSONResponse({"state": str(state), **({"error": error} if error else {})}, status_code=status)
+
+    @app.post("/checkpoint/prepare")
+    async def checkpoint_prepare(mode: str = "wait") -> JSONResponse:
+        state, error = await llm.checkpoint_state()
+        if state == fake.CheckpointState.RUNNING:
+            if refusal := await llm.checkpoint_prepare(mode):
+                return answer(state, refusal, 400)
+            state, error = await llm.checkpoint_state()
+        elif state in (fake.CheckpointState.RESTORING, fake.CheckpointState.FAILED):
+            return answer(state, error, 400)
+        return answer(state, error, 200)
+
+    @app.post("/checkpoint/restore")
+    async def checkpoint_restore() -> JSONResponse:
+        state, error = await llm.checkpoint_state()
+        if state in (fake.CheckpointState.PREPARING, fake.CheckpointState.FAILED):
+            return answer(state, error, 400)
+        if state == fake.CheckpointState.PREPARED:
+            await llm.checkpoint_restore()
+            state, error = await llm.checkpoint_state()
+        return answer(state, error, 200)
+
+    @app.get("/checkpoint/status")
+    async def checkpoint_status() -> JSONResponse:
+        state, error = await llm.checkpoint_state()
+        status = 200 if state == fake.CheckpointState.PREPARED else 500 if state == fake.CheckpointState.FAILED else 503
+        return answer(state, error, status)
+
+    @app.post("/fake/engine_fault")
+    async def engine_fault(request: Request) -> dict:
+        """Mark the engine faulted (``{"faulted": true}``) or healthy again (not a vLLM route)."""
+        llm.faulted = bool((await request.json())["faulted"])
+        return {"faulted": llm.faulted}
+
+
 async def _completion_stream(llm: fake.AsyncLLM, prompt: Any, params: fake.SamplingParams, request_id: str):
     """A streamed /v1/completions (completion/serving.py:279-500): one SSE event per output, the
     finish reason on the last, then ``[DONE]``."""
@@ -357,6 +407,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="vLLM 0.33's pause: abort mode rejects new requests (503 engine_paused) until resume")
     parser.add_argument("--like-0.31", dest="like_031", action="store_true",
                         help="vLLM 0.30/0.31: no weight-version spans from the engine, no call_utility_all_async")
+    parser.add_argument("--like-0.34", dest="like_034", action="store_true",
+                        help="vLLM 0.34: 0.33's pause, the process checkpoint, EngineFaultedError")
+    parser.add_argument("--enable-sleep-mode", action="store_true",
+                        help="with --like-0.34: mount /checkpoint/prepare|restore|status (and /fake/engine_fault)")
     parser.add_argument("--aborted-answer-delay-s", type=float, default=0.05,
                         help="seconds an aborted request's answer is held before its last chunk is written")
     parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="vLLM without engine-plugins")
@@ -377,8 +431,8 @@ async def _serve_front_ends(args: Namespace, count: int) -> None:
 
     vLLM runs each front end in a process of its own; here they share one, which the plugin
     cannot tell apart: they still reach each other only through their peer sockets."""
-    rejects, like_031 = args.pause_rejects_new, args.like_031
-    first = fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031)
+    rejects, like_031, like_034 = args.pause_rejects_new or args.like_034, args.like_031, args.like_034
+    first = fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031, checkpoints=like_034)
     llms = [first] + [fake.AsyncLLM(pause_rejects_new=rejects, stamp_versions=not like_031, core=first.engine_core.core,
                                     client_index=i) for i in range(1, count)]
     # vLLM's parent process hands its API processes their link (plugin.general_plugin); here
