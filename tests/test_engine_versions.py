@@ -82,9 +82,9 @@ def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     assert f"{version} is not supported" in str(info.value) and NAMES[engine].SUPPORTED_VERSION in str(info.value)
 
 
-LOG_TARGETS = {"vllm@0.29.0": ("vllm", "0.29.0"), "vllm@0.30.0": ("vllm", "0.30.0"), "vllm@0.31.0": ("vllm", "0.31.0"), "vllm-0.31-stub": ("vllm", "0.31.0"),
-               "vllm-0.34-stub": ("vllm", "0.34.0"), "sglang@0.5.20": ("sglang", "0.5.20"),
-               "sglang@0.5.21": ("sglang", "0.5.21"), "sglang@0.5.22": ("sglang", "0.5.22")}
+# Every release's real server, and the fakes that follow a release.
+LOG_TARGETS = {**{str(r): (r.engine, r.version) for r in SUPPORTED if r.tested == "real"},
+               "vllm-0.31-stub": ("vllm", "0.31.0"), "vllm-0.34-stub": ("vllm", "0.34.0")}
 
 
 @pytest.mark.targets(*LOG_TARGETS)

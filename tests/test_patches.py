@@ -1,7 +1,7 @@
 """patches/: every supported engine release has its patch, each applies to that release's wheel
 exactly (no offset, no fuzz) and the patched files compile; `engine-plugins patch` finds the
 installed engine's patch, checks and applies it, and refuses a version without one. (What the
-patches do on a real server: tests/test_patched_engines.py.)"""
+patches do on a real server: tests/patched/.)"""
 
 import json
 import py_compile

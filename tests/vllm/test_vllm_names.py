@@ -40,3 +40,15 @@ def test_a_vllm_outside_the_supported_range_stops_startup_naming_it_and_the_rang
 @pytest.mark.parametrize("version", ["0.27.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0+cpu", "0.33.0", "0.34.0", "0.34.1"])
 def test_every_supported_vllm_version_passes_the_range_check(version):
     check_names(dataclasses.replace(fake_names(), version=version))
+
+
+def test_a_release_below_the_range_is_refused_with_what_its_probe_found_missing():
+    # The probe of vLLM 0.26.0's wheel (docs/engine-notes.md, "vLLM releases the plugin refuses").
+    from engine_plugins.engine_probe import ProbeReport
+    from engine_plugins.vllm.engine_names import check_version
+
+    lacking = ["vllm.exceptions.VLLMClientError", "vllm.v1.engine.async_llm.AsyncLLM.get_weight_version"]
+    with pytest.raises(StartupError) as info:
+        check_version("0.26.0", ProbeReport(missing=lacking))
+    assert str(info.value) == ("engine_plugins: vLLM 0.26.0 is not supported; this plugin supports vLLM 0.27 to 0.34; "
+                               "vLLM 0.26.0 lacks vllm.exceptions.VLLMClientError, vllm.v1.engine.async_llm.AsyncLLM.get_weight_version")
