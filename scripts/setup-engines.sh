@@ -41,8 +41,9 @@ PLUGIN_RUNTIME_DEPS=(pluggy==1.7.0)
 SGLANG_VERSION=0.5.23
 # GB of free disk a fresh build needs (measured size plus headroom).
 declare -A NEED_GB=([vllm]=5 [sglang]=8)
-# The release wheels for the static probe (1.3 GB measured) and one layered venv (0.2-0.5 GB).
-WHEELS_MB=2048 LAYERED_MB=512
+# The release wheels for the static probe (2.0 GB measured, unpacked sources included) and one
+# layered venv (0.2-0.5 GB).
+WHEELS_MB=3072 LAYERED_MB=512
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ENGINES_DIR=${ENGINE_PLUGINS_ENGINES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/engine-plugins/engines}
