@@ -18,7 +18,7 @@ import importlib
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -231,3 +231,13 @@ def in_range(version: str, lowest: str, highest: str) -> bool:
     v = version_tuple(version)
     low, high = version_tuple(lowest), version_tuple(highest)
     return bool(v) and v[: len(low)] >= low and v[: len(high)] <= high
+
+
+def best_effort(probe: Callable[[], ProbeReport]) -> Optional[ProbeReport]:
+    """*probe*'s report, or None if it raises: for the message that refuses a release outside the
+    range, whose own modules may fail to import (an old SGLang beside a newer transformers raises
+    ValueError on import), so that the refusal itself is never lost."""
+    try:
+        return probe()
+    except Exception:
+        return None

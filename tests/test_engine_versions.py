@@ -101,3 +101,16 @@ def test_the_startup_log_names_the_version_and_its_shims(target):
     else:
         assert f"SGLang {version}: contract mounted" in log and "shims: none (supported: SGLang 0.5.20 to 0.5.23)" in log
         assert ("SGLang's own /get_load served as before" in log) == features["legacy_get_load"]
+
+
+def test_a_release_below_the_range_whose_own_imports_fail_is_still_refused_by_name(monkeypatch):
+    # SGLang 0.5.19 layered over a newer transformers raises ValueError ("'qwen3_asr' is already
+    # used by a Transformers config") when the probe imports its http_server: the refusal stands.
+    def failing_probe(resolver=None):
+        raise ValueError("'qwen3_asr' is already used by a Transformers config, pick another name.")
+
+    monkeypatch.setattr(sglang_names, "_installed_version", lambda: "0.5.19")
+    monkeypatch.setattr(sglang_names, "probe", failing_probe)
+    with pytest.raises(StartupError) as info:
+        sglang_names.load_names()
+    assert str(info.value) == "engine_plugins: SGLang 0.5.19 is not supported; the plugin supports SGLang 0.5.20 to 0.5.23"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, AsyncIterator, Callable, Optional
 
-from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, check, in_range, version_tuple
+from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, best_effort, check, in_range, version_tuple
 from ..errors import StartupError
 from ..model_limits import ModelLimits
 
@@ -375,7 +375,7 @@ def load_names() -> SGLangNames:
     """Import the SGLang names the plugin uses from the installed SGLang and check them."""
     installed = _installed_version()
     if installed != NOT_INSTALLED and not in_range(installed, LOWEST_VERSION, HIGHEST_VERSION):
-        check_version(installed, probe())
+        check_version(installed, best_effort(probe))
     report = probe()
     if report.missing:
         raise _missing(installed, report.missing)

@@ -30,7 +30,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
-from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, check, in_range
+from ..engine_probe import EngineName, Feature, ImportResolver, ProbeReport, best_effort, check, in_range
 from ..errors import ContractError, StartupError
 from ..model_limits import ModelLimits
 from ..schema import SamplingParams as ContractSampling
@@ -206,7 +206,7 @@ def load_names() -> VllmNames:
     """Import what the plugin needs from the installed vLLM and check it; a clear StartupError if it cannot."""
     version = _installed_version()
     if version != NOT_INSTALLED and not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
-        check_version(version, probe())
+        check_version(version, best_effort(probe))
     try:
         import vllm
         from vllm import exceptions as vllm_exceptions
