@@ -14,7 +14,7 @@ from typing import Optional
 
 import httpx
 
-from engine_plugins.launcher.engine_server import EngineServer
+from tools.launcher.engine_server import EngineServer
 
 from .common import REPO
 

@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 import httpx
 
 from engine_plugins.client import Fleet, ServerClient
-from engine_plugins.launcher.engine_server import free_loopback_port
+from tools.launcher.engine_server import free_loopback_port
 
 from .common import cpu_seconds, stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
 from .hold_requests import HeldRequests

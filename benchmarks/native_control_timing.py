@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=8)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+    from tools.launcher.engine_server import EngineServer, ensure_engine
 
     ensure_engine("sglang", REPO)
     results = {}

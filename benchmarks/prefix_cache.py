@@ -24,7 +24,7 @@ import statistics
 
 import httpx
 
-from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+from tools.launcher.engine_server import EngineServer, ensure_engine
 
 from .common import REPO, in_turn, progress, write_json
 

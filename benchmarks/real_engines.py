@@ -37,7 +37,7 @@ from typing import Any, Optional
 import httpx
 
 from engine_plugins.client.loads import parse_vllm_metrics
-from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+from tools.launcher.engine_server import EngineServer, ensure_engine
 
 from .common import cpu_seconds, group_processes, in_turn, stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
 

@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--label", default="", help="a note stored with the results (e.g. what was changed)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "tests"))
-    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+    from tools.launcher.engine_server import EngineServer, ensure_engine
     import targets  # noqa: F401  (first: it imports every targets_<engine> module itself)
     from targets_sglang import SGLANG_ARGS, dp_threads_bind
 

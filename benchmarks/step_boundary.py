@@ -66,7 +66,7 @@ from typing import Optional
 
 import httpx
 
-from engine_plugins.launcher.engine_server import ensure_engine
+from tools.launcher.engine_server import ensure_engine
 
 from .boundary_sequences import FRAMEWORKS, Boundary, Framework, TensorSender
 from .boundary_servers import KEY, Server, generate, probe, versions

@@ -1,7 +1,7 @@
 """Many stub engines in one process: ``python -m benchmarks.stub_host --step-s S PORT...``.
 
-Each port serves its own :class:`~engine_plugins.stub.engine.StubEngine` with the contract, as
-``python -m engine_plugins.stub`` does, but all on one event loop: a fleet of 256 servers then
+Each port serves its own :class:`~engine_plugins.engines.stub.engine.StubEngine` with the contract, as
+``python -m engine_plugins.engines.stub`` does, but all on one event loop: a fleet of 256 servers then
 needs a few processes instead of 256 (each Python process takes about 60 MB).
 """
 
@@ -12,8 +12,8 @@ import asyncio
 
 import uvicorn
 
-from engine_plugins.stub.engine import StubEngine
-from engine_plugins.stub.server import create_app
+from engine_plugins.engines.stub.engine import StubEngine
+from engine_plugins.engines.stub.server import create_app
 
 from .common import KEY
 

@@ -35,9 +35,9 @@ from typing import Awaitable, Callable, Iterator, Optional
 
 import httpx
 
-from engine_plugins.schema import SamplingParams
-from engine_plugins.stub.engine import StubEngine
-from engine_plugins.stub.server import create_app
+from engine_plugins.contract.schema import SamplingParams
+from engine_plugins.engines.stub.engine import StubEngine
+from engine_plugins.engines.stub.server import create_app
 
 from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
 from .hold_requests import HeldRequests
@@ -128,7 +128,7 @@ def _free_port() -> int:
 def stub_server(step_s: float = STEP_S) -> Iterator[str]:
     """One stub engine served by uvicorn in its own process; its URL."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "engine_plugins.stub", "--port", str(port), "--api-key", KEY,
+    proc = subprocess.Popen([sys.executable, "-m", "engine_plugins.engines.stub", "--port", str(port), "--api-key", KEY,
                              "--step-s", str(step_s)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:

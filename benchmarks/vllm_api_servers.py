@@ -29,7 +29,7 @@ import time
 
 import httpx
 
-from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+from tools.launcher.engine_server import EngineServer, ensure_engine
 
 from .common import REPO, RESULTS, in_turn, p95
 

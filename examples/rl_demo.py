@@ -28,8 +28,8 @@ from rich.live import Live
 from rich.table import Table
 
 from engine_plugins.client import Fleet, Rollout, ServerError
-from engine_plugins.launcher.cpu import selected_profile
-from engine_plugins.launcher.engine_server import EngineServer, EngineSetupError, EngineStartError, ensure_engine
+from tools.launcher.cpu import selected_profile
+from tools.launcher.engine_server import EngineServer, EngineSetupError, EngineStartError, ensure_engine
 
 from async_rl_loop import PROBE_TOKENS, Checkpoint, LoopConfig, LoopReport, LoopState, StepReport, run_loop, sglang_disk_load, vllm_disk_load
 

@@ -7,7 +7,7 @@ until all N run, keeps polling for a few seconds, then aborts all with wait. It 
 until all N run, the latency of each ``/v1/loads`` call under load, the client's event-loop lag
 (how late a 10 ms sleep wakes up: a stalled client), and for every process of the server which
 core it ran on and how much CPU it took. ``--profile`` picks the CPU settings the launcher uses
-(``engine_plugins.launcher.cpu``); ``--env K=V`` adds variables on top, to try one change at a time.
+(``tools.launcher.cpu``); ``--env K=V`` adds variables on top, to try one change at a time.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+from tools.launcher.engine_server import EngineServer, ensure_engine
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -131,7 +131,7 @@ async def one_round(url: str, key: str, n: int, tokens: int, pgid: int, hold_s: 
 
 def main() -> None:
     """Parses the flags, starts the engine, runs the rounds, prints one JSON object."""
-    from engine_plugins.launcher import cpu
+    from tools.launcher import cpu
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")

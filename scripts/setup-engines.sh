@@ -24,7 +24,7 @@
 #                  (README, "Engine versions").
 # Each venv also gets pluggy (imported by the plugin inside the engine process). This project is
 # NOT installed into them: each checkout's plugin reaches the engine through PYTHONPATH
-# (engine_plugins/launcher/plugin_site.py), so checkouts never fight over one shared venv.
+# (tools/launcher/plugin_site.py), so checkouts never fight over one shared venv.
 #
 # Idempotent: a stamp file in each venv records what it was built from (requirements file,
 # runtime deps, script version, Python version); a matching stamp means nothing is done.

@@ -42,7 +42,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 # A test against a real engine fails its setup with "setup: ..." (contract/api.py), never its
 # behaviour, when it cannot arrange its situation in time. The engines' CPU placement
-# (engine_plugins/launcher/cpu.py) is what keeps that from happening; a rerun is only the last
+# (tools/launcher/cpu.py) is what keeps that from happening; a rerun is only the last
 # guard against a machine that stalls anyway, and the summary counts them ("rerun").
 REAL_TARGETS = {*REAL_ENGINE_TARGETS, *VERSION_TARGETS}
 SETUP_RERUNS = 2
@@ -50,7 +50,7 @@ SETUP_RERUNS = 2
 
 def pytest_configure(config: pytest.Config) -> None:
     # The test session is the engines' client: it runs where the CPU profile puts clients.
-    from engine_plugins.launcher.cpu import selected_profile
+    from tools.launcher.cpu import selected_profile
 
     selected_profile()[1].place_client()
 

@@ -165,7 +165,7 @@ def module_server(tmp_dir: Path, module: str, *args: str, env: Optional[dict] = 
 @contextlib.contextmanager
 def stub_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
     """The stub engine served by uvicorn in its own process, on loopback."""
-    with module_server(tmp_dir, "engine_plugins.stub", "--api-key", api_key, *args, env=env) as server:
+    with module_server(tmp_dir, "engine_plugins.engines.stub", "--api-key", api_key, *args, env=env) as server:
         yield Target(name="stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail, signal=server.signal)
 
 

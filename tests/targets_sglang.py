@@ -42,7 +42,7 @@ def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS,
     0.5.23, or *version* from its layered venv. *name*: the target's name (default ``sglang``,
     or ``sglang@<version>``). *real_weights*: serve checkpoint A of two made now (the target's
     ``checkpoints``) instead of random weights."""
-    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+    from tools.launcher.engine_server import EngineServer, ensure_engine
 
     paths = ensure_engine("sglang", REPO, version=version)
     checkpoints, model_args = (), []
@@ -66,7 +66,7 @@ DP_SIZE = 2
 def dp_threads_bind(ranks: int = DP_SIZE) -> str:
     """SGLANG_CPU_OMP_THREADS_BIND giving each rank one core of its own, the machine's first ones
     (ranks share cores round the machine's when there are fewer cores than ranks)."""
-    from engine_plugins.launcher.cpu import machine_cores
+    from tools.launcher.cpu import machine_cores
 
     cores = machine_cores()
     return "|".join(str(cores[rank % len(cores)]) for rank in range(ranks))

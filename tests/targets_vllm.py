@@ -33,7 +33,7 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
     """A real vLLM (CPU) OpenAI server with VLLM_PLUGINS=engine_plugins and --api-key: the pinned
     0.32, or *version* from its layered venv. *real_weights*: serve checkpoint A of two made now
     (the target's ``checkpoints``) instead of random weights."""
-    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+    from tools.launcher.engine_server import EngineServer, ensure_engine
 
     paths = ensure_engine("vllm", REPO, version=version)
     checkpoints: tuple[Path, ...] = ()

@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
-from engine_plugins.engine_probe import EngineName, SourceResolver, check
-from engine_plugins.errors import StartupError
-from engine_plugins.sglang import engine_names as sglang_names
-from engine_plugins.vllm import engine_names as vllm_names
+from engine_plugins.engines.probe import EngineName, SourceResolver, check
+from engine_plugins.contract.errors import StartupError
+from engine_plugins.engines.sglang import engine_names as sglang_names
+from engine_plugins.engines.vllm import engine_names as vllm_names
 from engine_versions import REPO, SUPPORTED, wheel_source
 
 NAMES = {"vllm": vllm_names, "sglang": sglang_names}
@@ -93,7 +93,7 @@ def test_the_startup_log_names_the_version_and_its_shims(target):
     features = EXPECTED_FEATURES[(engine, version)]
     log = target.log_tail()
     if engine == "vllm":
-        from engine_plugins.engine_probe import ProbeReport
+        from engine_plugins.engines.probe import ProbeReport
 
         shims = vllm_names.active_shims(ProbeReport(features=features))
         assert f"serving the RL control contract on vLLM {version}" in log

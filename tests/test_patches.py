@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from engine_plugins import patching
+from engine_plugins.engines import patching
 from engine_plugins.cli import main
 from engine_versions import REPO, SUPPORTED, wheel_source
 
@@ -42,7 +42,7 @@ def test_the_patch_applies_to_its_release_exactly_and_compiles(wheels, release, 
     files = patching.patched_files(patch)
     assert files, "a patch names the files it changes"
     _copy_patched_files(release, patch, tmp_path)
-    result = patching.apply_to_tree(tmp_path, patch)
+    result = overlays.apply_to_tree(tmp_path, patch)
     assert result.returncode == 0, result.stdout + result.stderr
     # The header promises an exact fit: GNU patch reports any offset or fuzz it needed.
     assert "offset" not in result.stdout and "fuzz" not in result.stdout, result.stdout
@@ -122,7 +122,7 @@ def test_an_overlay_links_the_package_and_owns_only_the_patched_files(wheels, tm
     patch = PATCHES[(release.engine, release.version)]
     package = tmp_path / "site" / "sglang"
     shutil.copytree(wheel_source(release) / "sglang", package)
-    overlay = patching.build_overlay(package, patch, tmp_path / "overlay")
+    overlay = overlays.build_overlay(package, patch, tmp_path / "overlay")
     patched = set(patching.patched_files(patch))
     for path in package.rglob("*.py"):
         rel = str(path.relative_to(package.parent))
@@ -131,7 +131,7 @@ def test_an_overlay_links_the_package_and_owns_only_the_patched_files(wheels, tm
     for rel in patched:
         assert (overlay / rel).read_bytes() != (package.parent / rel).read_bytes()
         assert (package.parent / rel).read_bytes() == (wheel_source(release) / rel).read_bytes(), "original untouched"
-    assert patching.build_overlay(package, patch, tmp_path / "overlay") == overlay  # idempotent
+    assert overlays.build_overlay(package, patch, tmp_path / "overlay") == overlay  # idempotent
 
 
 def test_the_patch_command_names_a_missing_patches_folder(wheels, tmp_path, monkeypatch, capsys):

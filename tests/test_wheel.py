@@ -1,5 +1,6 @@
-"""Only the product ships: the wheel built from this checkout holds the package and no test code
-(no tests/, no fakes of the engines, no engine_plugins/testing/)."""
+"""Only the product ships: the wheel built from this checkout holds the package and its engine
+patches, and no test code or harness (no tests/, no fakes of the engines, no tools/: the launcher,
+the patched overlays)."""
 
 import shutil
 import subprocess
@@ -28,7 +29,11 @@ def _build_wheel(tmp_path) -> zipfile.ZipFile:
 def test_the_wheel_holds_the_package_and_no_test_code(tmp_path):
     names = _build_wheel(tmp_path).namelist()
     packaged = [n for n in names if ".dist-info/" not in n]
-    assert "engine_plugins/sglang/plugin.py" in packaged and "engine_plugins/vllm/plugin.py" in packaged
+    assert "engine_plugins/engines/sglang/plugin.py" in packaged and "engine_plugins/engines/vllm/plugin.py" in packaged
     assert all(n.startswith("engine_plugins/") for n in packaged), [n for n in packaged if not n.startswith("engine_plugins/")]
     test_code = [n for n in packaged if "/testing/" in n or "fakes" in n or "/tests/" in n or n.split("/")[-1].startswith("test_")]
     assert test_code == [], test_code
+    harness = [n for n in packaged if "launcher" in n or "overlay" in n or n.startswith("tools/")]
+    assert harness == [], harness
+    shipped_patches = {n.rsplit("/", 1)[-1] for n in packaged if n.startswith("engine_plugins/patches/")}
+    assert shipped_patches == {p.name for p in (REPO / "patches").glob("*.patch")} != set()

@@ -7,9 +7,9 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from ..config import ConfigError, load_settings
-from ..schema import DEFAULT_LEASE_S
-from . import exit_codes
+from engine_plugins.host.config import ConfigError, load_settings
+from engine_plugins.contract.schema import DEFAULT_LEASE_S
+from engine_plugins.cli import exit_codes
 
 EPILOG = """exit codes: 0 ok; 1 some server failed (or the demo failed, or patch cannot apply); 2 usage or configuration error;
 3 timed out (a server did not answer, or was not idle, by the deadline); 4 doctor found problems.
@@ -68,13 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("swap-commit", parents=[fleet], help="commit the open weight swap: apply its version, resume")
     p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--version", required=True, metavar="V", help="the open swap's version")
-    p = sub.add_parser("demo", parents=[keyed], help="a short RL-style loop on a real engine (or --url)")
-    p.add_argument("--engine", choices=("vllm", "sglang"), default="vllm", help="engine to start (default vllm)")
-    p.add_argument("--url", default=None, help="drive this running server instead of starting one")
+    p = sub.add_parser("demo", parents=[keyed], help="a short RL-style loop on a running server (make demo starts one)")
+    p.add_argument("--url", required=True, help="the server to drive")
     p.add_argument("--samples", type=_positive_int, default=8, help="samples in the batch (default 8)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=1024, help="tokens per sample (default 1024)")
     p.add_argument("--abort-after", type=_seconds, default=0.3, metavar="S", help="seconds of generation before the abort (default 0.3)")
-    from .patch_command import add_parser as add_patch_parser
+    from engine_plugins.cli.patch_command import add_parser as add_patch_parser
 
     add_patch_parser(sub, [common])
     return parser
@@ -118,11 +117,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
         return int(exc.code or 0)
     if args.command == "doctor":
-        from .doctor_command import run as run_doctor
+        from engine_plugins.cli.doctor_command import run as run_doctor
 
         return run_doctor(args)
     if args.command == "patch":
-        from .patch_command import run as run_patch
+        from engine_plugins.cli.patch_command import run as run_patch
 
         return run_patch(args)
     api_key = args.api_key
@@ -133,10 +132,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"engine-plugins: {exc}", file=sys.stderr)
             return exit_codes.USAGE
     if args.command == "demo":
-        from .demo import run as run_demo
+        from engine_plugins.cli.demo import run as run_demo
 
         return run_demo(args, api_key)
-    from .fleet_commands import run as run_fleet
+    from engine_plugins.cli.fleet_commands import run as run_fleet
 
     return run_fleet(args, api_key)
 

@@ -1,4 +1,4 @@
-"""``engine-plugins demo``: a short RL-style loop through the client, on a real engine or any URL.
+"""``engine-plugins demo``: a short RL-style loop through the client, on a running server (``--url``).
 
 Generate a batch of partial generations; pause in abort mode mid-way and salvage every sample's
 partial tokens; drain; bump the weight version; resume, each sample continuing from its own tokens;
@@ -8,15 +8,13 @@ finish, and print tokens per version, cancel/salvage counts and timings.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
-from pathlib import Path
 from typing import Optional
 
-from ..client import Flavor, Rollout, ServerClient, ServerError, run_rollout, tokens_per_version
-from ..client.polling import Backoff, Deadline
-from . import exit_codes
-from .render import print_json, print_table, print_text
+from engine_plugins.client import Flavor, Rollout, ServerClient, ServerError, run_rollout, tokens_per_version
+from engine_plugins.client.polling import Backoff, Deadline
+from engine_plugins.cli import exit_codes
+from engine_plugins.cli.render import print_json, print_table, print_text
 
 SETUP_DEADLINE_S = 300.0
 
@@ -25,47 +23,15 @@ class DemoFailed(Exception):
     """The demo could not do what it shows; the message says what happened."""
 
 
-def repo_root() -> Path:
-    """The source checkout this package runs from (the real-engine demo needs its scripts)."""
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "scripts" / "setup-engines.sh").is_file():
-        raise DemoFailed(f"the demo on a real engine needs a source checkout (no scripts/setup-engines.sh under {root}); "
-                         "pass --url to drive a running server instead")
-    return root
-
-
 def run(args, api_key: Optional[str]) -> int:
     """Run the demo; the exit code says whether it did everything it shows."""
     try:
-        if args.url:
-            summary = asyncio.run(rl_loop(args.url, api_key, args.samples, args.max_new_tokens, args.abort_after))
-        else:
-            summary = _on_real_engine(args, api_key)
+        summary = asyncio.run(rl_loop(args.url, api_key, args.samples, args.max_new_tokens, args.abort_after))
     except (DemoFailed, ServerError) as exc:
         print_text(f"demo failed: {exc}", err=True)
         return exit_codes.FAILED
     _report(summary, args.json)
     return exit_codes.OK
-
-
-def _on_real_engine(args, api_key: Optional[str]) -> dict:
-    from ..launcher.cpu import selected_profile
-    from ..launcher.engine_server import EngineServer, EngineSetupError, EngineStartError, ensure_engine
-
-    root = repo_root()
-    key = api_key or secrets.token_hex(12)
-    print_text(f"preparing {args.engine} (its virtualenv and a tiny random model; minutes the first time) ...", err=True)
-    try:
-        ensure_engine(args.engine, root)
-        selected_profile()[1].place_client()  # the demo drives the engine: it runs where clients go
-        print_text(f"starting a real {args.engine} server with the plugin ...", err=True)
-        with EngineServer(args.engine, root, api_key=key) as server:
-            print_text(f"{args.engine} up at {server.url} after {server.startup_seconds:.0f} s (log {server.log_path})", err=True)
-            summary = asyncio.run(rl_loop(server.url, key, args.samples, args.max_new_tokens, args.abort_after))
-            summary["server_startup_s"] = round(server.startup_seconds or 0.0, 1)
-            return summary
-    except (EngineSetupError, EngineStartError) as exc:
-        raise DemoFailed(str(exc)) from None
 
 
 async def rl_loop(url: str, api_key: Optional[str], samples: int, max_new_tokens: int, abort_after_s: float) -> dict:

@@ -14,18 +14,18 @@ from typing import Any, Mapping, Optional
 
 from pathlib import Path
 
-from .. import __version__
-from ..errors import StartupError
-from ..config import ConfigError, describe, load_settings
-from ..plugins import ENTRY_POINT_GROUP
+from engine_plugins import __version__
+from engine_plugins.contract.errors import StartupError
+from engine_plugins.host.config import ConfigError, describe, load_settings
+from engine_plugins.host.plugins import ENTRY_POINT_GROUP
 
 # The engine versions this package supports: each engine's names module says (the same check
 # stops the plugin at startup).
 def _names(engine: str) -> Any:
     if engine == "vllm":
-        from ..vllm import engine_names
+        from engine_plugins.engines.vllm import engine_names
     else:
-        from ..sglang import engine_names
+        from engine_plugins.engines.sglang import engine_names
     return engine_names
 
 
@@ -119,7 +119,7 @@ def _report_probe(report: Report, engine: str, entry: dict, probe: Any) -> None:
 def _source_probe(engine: str) -> Optional[Any]:
     """The names module's probe (a ProbeReport) on the installed *engine*'s source, parsed, never
     imported; None if its source cannot be found."""
-    from ..engine_probe import SourceResolver
+    from engine_plugins.engines.probe import SourceResolver
 
     spec = importlib.util.find_spec(engine)
     if spec is None or not spec.submodule_search_locations:

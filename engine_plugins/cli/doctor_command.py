@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from . import exit_codes
-from .doctor import diagnose
-from .render import print_json, print_table, print_text
+from engine_plugins.cli import exit_codes
+from engine_plugins.cli.doctor import diagnose
+from engine_plugins.cli.render import print_json, print_table, print_text
 
 
 def run(args) -> int:

@@ -9,10 +9,10 @@ import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from ..client import Fleet, FleetResult, StaleSelector
-from ..client.gateway import DEFAULT_SELECTOR
-from . import exit_codes
-from .render import has_rich, print_json, print_table
+from engine_plugins.client import Fleet, FleetResult, StaleSelector
+from engine_plugins.client.gateway import DEFAULT_SELECTOR
+from engine_plugins.cli import exit_codes
+from engine_plugins.cli.render import has_rich, print_json, print_table
 
 
 def _status(result) -> str:

@@ -1,5 +1,5 @@
 """``engine-plugins patch --check | --apply``: the patch in ``patches/`` for the installed engine
-(see :mod:`engine_plugins.patching`), checked as a dry run or applied, and what it changed."""
+(see :mod:`engine_plugins.engines.patching`), checked as a dry run or applied, and what it changed."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import patching
-from . import exit_codes
-from .render import print_json, print_table, print_text
+from engine_plugins.engines import patching
+from engine_plugins.cli import exit_codes
+from engine_plugins.cli.render import print_json, print_table, print_text
 
 
 def add_parser(sub, parents) -> None:

@@ -9,14 +9,14 @@ routes or vLLM's dev-mode routes (detected), plus partial rollouts that survive 
         fenced = await fleet.abort_stale(max_staleness=2, wait=True)   # too old for the trainer
 """
 
-from .detect import Detection, Flavor
-from .errors import ServerError
-from .fleet import Fleet, FleetResult, ServerResult, WeightSwapRun
-from .loads import Load, LoadParseError, parse_loads, parse_vllm_metrics
-from .polling import Deadline
-from .results import AbortOutcome, PauseOutcome, StaleSelector, VersionOutcome
-from .rollout import Attempt, Rollout, run_rollout, tokens_per_version
-from .server import ServerClient
+from engine_plugins.client.detect import Detection, Flavor
+from engine_plugins.client.errors import ServerError
+from engine_plugins.client.fleet import Fleet, FleetResult, ServerResult, WeightSwapRun
+from engine_plugins.client.loads import Load, LoadParseError, parse_loads, parse_vllm_metrics
+from engine_plugins.client.polling import Deadline
+from engine_plugins.client.results import AbortOutcome, PauseOutcome, StaleSelector, VersionOutcome
+from engine_plugins.client.rollout import Attempt, Rollout, run_rollout, tokens_per_version
+from engine_plugins.client.server import ServerClient
 
 __all__ = [
     "WeightSwapRun",

@@ -1,6 +1,6 @@
 """The operations over the contract (this package's plugin on either engine, or the stub).
 
-Every answer is read with the contract's own response models (:mod:`engine_plugins.schema`);
+Every answer is read with the contract's own response models (:mod:`engine_plugins.contract.schema`);
 one that does not fit is a ``protocol`` failure naming the field. Waiting for idle is
 event-driven on the server (``abort_requests`` with ``wait``); the client only re-aborts when
 requests arrived after an abort.
@@ -13,12 +13,19 @@ from typing import Any, Optional, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..schema import AbortResult, LoadsResult, PartialGenerateResult, PauseState, UpdateWeightVersionResult, WeightSwapResult
-from .errors import ServerError, answer_problems
-from .loads import Load, load_from_contract
-from .polling import Backoff, Deadline
-from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome
-from .transport import Transport
+from engine_plugins.contract.schema import (
+    AbortResult,
+    LoadsResult,
+    PartialGenerateResult,
+    PauseState,
+    UpdateWeightVersionResult,
+    WeightSwapResult,
+)
+from engine_plugins.client.errors import ServerError, answer_problems
+from engine_plugins.client.loads import Load, load_from_contract
+from engine_plugins.client.polling import Backoff, Deadline
+from engine_plugins.client.results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome
+from engine_plugins.client.transport import Transport
 
 Answer = TypeVar("Answer", bound=BaseModel)
 

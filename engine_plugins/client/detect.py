@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
-from .errors import ServerError
-from .transport import Transport
+from engine_plugins.client.errors import ServerError
+from engine_plugins.client.transport import Transport
 
 
 class Flavor(str, Enum):

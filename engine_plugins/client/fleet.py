@@ -17,14 +17,14 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
 import httpx
 
-from ..schema import DEFAULT_LEASE_S
-from .errors import ServerError
-from .gateway import DEFAULT_SELECTOR, Gateway
-from .gateway_fleet import GatewayFleet
-from .polling import Deadline
-from .results import Progress, StaleSelector, no_progress
-from .server import ServerClient
-from .transport import HttpClientOwner
+from engine_plugins.contract.schema import DEFAULT_LEASE_S
+from engine_plugins.client.errors import ServerError
+from engine_plugins.client.gateway import DEFAULT_SELECTOR, Gateway
+from engine_plugins.client.gateway_fleet import GatewayFleet
+from engine_plugins.client.polling import Deadline
+from engine_plugins.client.results import Progress, StaleSelector, no_progress
+from engine_plugins.client.server import ServerClient
+from engine_plugins.client.transport import HttpClientOwner
 
 # After the overall deadline, servers get this long to hand in what they have before being cut.
 GRACE_S = 0.5

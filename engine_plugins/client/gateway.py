@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 import httpx
 
-from .errors import FailureKind, ServerError
-from .transport import Transport
+from engine_plugins.client.errors import FailureKind, ServerError
+from engine_plugins.client.transport import Transport
 
 DEFAULT_SELECTOR = "connection_mode=http"
 """Every worker smg can proxy a control call to: smg reports gRPC and ZMQ workers as failures."""

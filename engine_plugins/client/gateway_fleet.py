@@ -13,13 +13,26 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ..schema import AbortResult, LoadsResult, PauseState, UpdateWeightVersionResult, WeightSwapResult
-from .detect import Detection, Flavor
-from .errors import ServerError, answer_problems
-from .gateway import Gateway, WorkerAnswer
-from .loads import load_from_contract
-from .polling import Backoff, Deadline
-from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome, no_progress
+from engine_plugins.contract.schema import (
+    AbortResult,
+    LoadsResult,
+    PauseState,
+    UpdateWeightVersionResult,
+    WeightSwapResult,
+)
+from engine_plugins.client.detect import Detection, Flavor
+from engine_plugins.client.errors import ServerError, answer_problems
+from engine_plugins.client.gateway import Gateway, WorkerAnswer
+from engine_plugins.client.loads import load_from_contract
+from engine_plugins.client.polling import Backoff, Deadline
+from engine_plugins.client.results import (
+    AbortOutcome,
+    PauseOutcome,
+    Progress,
+    StaleSelector,
+    VersionOutcome,
+    no_progress,
+)
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
@@ -49,7 +62,7 @@ class GatewayFleet:
         selector: Optional[str] = None,
     ):
         """One fan-out; each worker's answer through *read(body, answer)*, or its failure."""
-        from .fleet import FleetResult, ServerResult
+        from engine_plugins.client.fleet import FleetResult, ServerResult
 
         started = time.monotonic()
         try:
@@ -112,7 +125,7 @@ class GatewayFleet:
     async def abort_until_idle(self, timeout_s: float, progress: Progress = no_progress):
         """Abort with wait on every worker until each is idle, all by *timeout_s*: the first round
         goes to every worker, each next round only to the workers not idle yet (``id in (...)``)."""
-        from .fleet import FleetResult
+        from engine_plugins.client.fleet import FleetResult
 
         started = time.monotonic()
         deadline = Deadline.after(timeout_s)
@@ -184,7 +197,7 @@ class GatewayFleet:
     async def commit_weight_swap(self, version: str, began: Optional[Sequence[str]], timeout_s: float):
         """One fan-out of ``POST /weight_swap/commit`` to every worker, or to those (by URL) in
         *began*, the ones whose begin succeeded; the others then get a failure saying so."""
-        from .fleet import FleetResult, ServerResult
+        from engine_plugins.client.fleet import FleetResult, ServerResult
 
         read = _read_swap("POST /weight_swap/commit")
         if began is None:

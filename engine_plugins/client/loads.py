@@ -4,7 +4,7 @@ Accepted shapes (the engines' own in ``docs/engine-notes.md``):
 
 - the contract's ``GET /v1/loads``: SGLang's shape plus ``in_flight``, ``paused``,
   ``weight_version`` and ``engine``, read with the contract's model
-  (:class:`engine_plugins.schema.LoadsResult`);
+  (:class:`engine_plugins.contract.schema.LoadsResult`);
 - SGLang's native ``GET /v1/loads``: ``{"loads": [{"dp_rank", "num_running_reqs",
   "num_waiting_reqs", ...}], "aggregate"?: {...}}`` (0.5.23 has no ``aggregate``; newer ones do);
 - SGLang's legacy ``GET /get_load``: a list of ``{"dp_rank", "num_reqs", "num_waiting_reqs",
@@ -22,8 +22,8 @@ from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
-from ..schema import LoadsResult
-from .errors import answer_problems
+from engine_plugins.contract.schema import LoadsResult
+from engine_plugins.client.errors import answer_problems
 
 
 class LoadParseError(ValueError):

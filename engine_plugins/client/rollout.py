@@ -13,9 +13,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from ..schema import PartialGenerateResult
-from .errors import ServerError
-from .server import ServerClient
+from engine_plugins.contract.schema import PartialGenerateResult
+from engine_plugins.client.errors import ServerError
+from engine_plugins.client.server import ServerClient
 
 
 @dataclass

@@ -12,16 +12,23 @@ from typing import Any, AsyncIterator, Optional, Sequence, Union
 
 import httpx
 
-from ..schema import DEFAULT_LEASE_S, PartialGenerateResult, WeightSwapResult
-from .contract_ops import ContractOps
-from .errors import ServerError
-from .detect import Detection, Flavor, detect
-from .loads import Load
-from .polling import Backoff, Deadline
-from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome, no_progress
-from .sglang_ops import SGLangOps
-from .transport import DEFAULT_TIMEOUT_S, HttpClientOwner, Transport
-from .vllm_ops import VLLMOps
+from engine_plugins.contract.schema import DEFAULT_LEASE_S, PartialGenerateResult, WeightSwapResult
+from engine_plugins.client.contract_ops import ContractOps
+from engine_plugins.client.errors import ServerError
+from engine_plugins.client.detect import Detection, Flavor, detect
+from engine_plugins.client.loads import Load
+from engine_plugins.client.polling import Backoff, Deadline
+from engine_plugins.client.results import (
+    AbortOutcome,
+    PauseOutcome,
+    Progress,
+    StaleSelector,
+    VersionOutcome,
+    no_progress,
+)
+from engine_plugins.client.sglang_ops import SGLangOps
+from engine_plugins.client.transport import DEFAULT_TIMEOUT_S, HttpClientOwner, Transport
+from engine_plugins.client.vllm_ops import VLLMOps
 
 Ops = Union[ContractOps, SGLangOps, VLLMOps]
 DETECT_TIMEOUT_S = 10.0

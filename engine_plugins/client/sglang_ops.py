@@ -14,12 +14,19 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from ..schema import PartialGenerateResult
-from .errors import ServerError
-from .loads import Load, LoadParseError, parse_loads
-from .polling import Backoff, Deadline
-from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome, stale_unsupported
-from .transport import Transport
+from engine_plugins.contract.schema import PartialGenerateResult
+from engine_plugins.client.errors import ServerError
+from engine_plugins.client.loads import Load, LoadParseError, parse_loads
+from engine_plugins.client.polling import Backoff, Deadline
+from engine_plugins.client.results import (
+    AbortOutcome,
+    PauseOutcome,
+    Progress,
+    StaleSelector,
+    VersionOutcome,
+    stale_unsupported,
+)
+from engine_plugins.client.transport import Transport
 
 # The contract's modes in SGLang's words: keep retracts running requests (their KV is recomputed
 # on resume), or, with clear_cache false, freezes them in place.

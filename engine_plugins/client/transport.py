@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import httpx
 
-from .errors import ServerError
+from engine_plugins.client.errors import ServerError
 
 # Below the engines' 5 s keep-alive timeout: reusing a connection the server is closing fails.
 KEEPALIVE_EXPIRY_S = 2.0

@@ -15,12 +15,19 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from ..schema import PartialGenerateResult
-from .errors import ServerError
-from .loads import Load, LoadParseError, parse_vllm_metrics
-from .polling import Deadline
-from .results import AbortOutcome, PauseOutcome, Progress, StaleSelector, VersionOutcome, stale_unsupported
-from .transport import Transport
+from engine_plugins.contract.schema import PartialGenerateResult
+from engine_plugins.client.errors import ServerError
+from engine_plugins.client.loads import Load, LoadParseError, parse_vllm_metrics
+from engine_plugins.client.polling import Deadline
+from engine_plugins.client.results import (
+    AbortOutcome,
+    PauseOutcome,
+    Progress,
+    StaleSelector,
+    VersionOutcome,
+    stale_unsupported,
+)
+from engine_plugins.client.transport import Transport
 
 
 class VLLMOps:

@@ -14,10 +14,11 @@ import time
 import weakref
 from typing import Any, Callable, Optional
 
-from engine_plugins import hookimpl, weight_swap
+from engine_plugins import hookimpl
+from engine_plugins.core import weight_swap
 
-from . import instruments
-from .instruments import Instruments
+from engine_plugins.metrics import instruments
+from engine_plugins.metrics.instruments import Instruments
 
 
 @hookimpl

@@ -138,7 +138,7 @@ def test_doctor_reports_a_bad_variable_and_a_disabled_plugin(capsys, monkeypatch
 @pytest.mark.real
 def test_doctor_in_the_vllm_environment_finds_it_enabled():
     """Runs doctor with the real vLLM virtualenv's Python (made by scripts/setup-engines.sh)."""
-    from engine_plugins.launcher.engine_server import ensure_engine
+    from tools.launcher.engine_server import ensure_engine
 
     paths = ensure_engine("vllm", REPO)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGINE_PLUGINS_", "VLLM_", "PYTHON"))}
@@ -190,7 +190,7 @@ def test_doctor_refuses_an_engine_outside_the_supported_range_by_name(monkeypatc
 @pytest.mark.real
 def test_doctor_in_a_vllm_0_31_environment_names_its_version_and_shims():
     """doctor with the layered vLLM 0.31.0 venv's Python: supported, with the two shims it needs."""
-    from engine_plugins.launcher.engine_server import ensure_engine
+    from tools.launcher.engine_server import ensure_engine
 
     paths = ensure_engine("vllm", REPO, version="0.31.0")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGINE_PLUGINS_", "VLLM_", "PYTHON"))}

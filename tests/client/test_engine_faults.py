@@ -69,7 +69,7 @@ def own_server(target_name: str, tmp: Path) -> Iterator[OwnServer]:
         with module_server(tmp, FAKES[target_name], "--api-key", API_KEY) as server:
             yield OwnServer(server.url, server.proc, real=False)
         return
-    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+    from tools.launcher.engine_server import EngineServer, ensure_engine
 
     ensure_engine(target_name, REPO)
     env = {"VLLM_PLUGINS": "engine_plugins"} if target_name == "vllm" else {}

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.real, pytest.mark.native_vllm]
 @pytest.fixture(scope="module")
 def native_vllm(tmp_path_factory):
     """A real vLLM with its dev-mode RL routes and no endpoint plugin (the allowlist names none)."""
-    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+    from tools.launcher.engine_server import EngineServer, ensure_engine
 
     ensure_engine("vllm", REPO)
     env = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_PLUGINS": "no_such_plugin"}

@@ -1,7 +1,7 @@
 """A thin test client for the contract, plus waiting helpers that poll with a deadline.
 
 Every answer of a contract route is read with the contract's own response models
-(:mod:`engine_plugins.schema`): an answer that does not fit fails the test. The helpers hand the
+(:mod:`engine_plugins.contract.schema`): an answer that does not fit fails the test. The helpers hand the
 tests the answer's JSON as sent, so that they can compare it exactly.
 """
 
@@ -14,7 +14,13 @@ from typing import Any, Optional
 import httpx
 from pydantic import BaseModel
 
-from engine_plugins.schema import AbortResult, LoadsResult, PartialGenerateResult, PauseState, UpdateWeightVersionResult
+from engine_plugins.contract.schema import (
+    AbortResult,
+    LoadsResult,
+    PartialGenerateResult,
+    PauseState,
+    UpdateWeightVersionResult,
+)
 from targets import Target
 
 # The answer model of each contract route.

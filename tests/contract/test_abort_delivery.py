@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import h11
 import pytest
 
-from engine_plugins.schema import LoadsResult
+from engine_plugins.contract.schema import LoadsResult
 from targets import ENGINE_TARGETS
 
 from .api import Api, DEADLINE_S, engine_of

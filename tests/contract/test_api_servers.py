@@ -25,9 +25,9 @@ import httpx
 import pytest
 
 from contract.api import Api, assert_partial
-from engine_plugins.peers import socket_dir
-from engine_plugins.schema import AbortResult, LoadsResult, PartialGenerateResult
-from engine_plugins.spread import PAUSE_OWNER
+from engine_plugins.fanout.peers import socket_dir
+from engine_plugins.contract.schema import AbortResult, LoadsResult, PartialGenerateResult
+from engine_plugins.fanout.spread import PAUSE_OWNER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-stub-api3", "vllm-api2", "vllm-dp2")]
 

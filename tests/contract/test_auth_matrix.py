@@ -77,7 +77,7 @@ def server_for(target_name: str, case: Case, tmp: Path) -> Iterator[tuple[str, P
         with module_server(tmp, module, *case.engine_args, env=env) as server:
             yield server.url, server.log
         return
-    from engine_plugins.launcher.engine_server import EngineServer, ensure_engine
+    from tools.launcher.engine_server import EngineServer, ensure_engine
 
     ensure_engine(target_name, REPO)
     if target_name == "vllm":

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine_plugins.schema import INT32_MAX, MAX_NAME_CHARS
+from engine_plugins.contract.schema import INT32_MAX, MAX_NAME_CHARS
 
 from .api import Api, assert_partial
 

@@ -1,10 +1,10 @@
 """Property-based fuzzing of every contract route while generations run (issue 12).
 
-Hypothesis builds request bodies from the request models' fields (:mod:`engine_plugins.schema`)
+Hypothesis builds request bodies from the request models' fields (:mod:`engine_plugins.contract.schema`)
 and far beyond them: valid values, wrong types, out-of-range and huge integers, NaN-like strings
 and JSON's NaN/Infinity, unknown fields, nested junk, lists of thousands of elements, very long
 strings (lone surrogates included), bodies that are not JSON, not objects, truncated or empty,
-and query strings for ``/pause``. Every bound of the contract (:mod:`engine_plugins.schema`: the
+and query strings for ``/pause``. Every bound of the contract (:mod:`engine_plugins.contract.schema`: the
 int32 maximum, the 256-character names, ``timeout_s`` and ``temperature`` maxima) is tried at
 and just past itself, and integers of more digits than Python reads. Each example is sent while a chain of long "survivor"
 generations runs in a background thread. Properties:
@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from engine_plugins.schema import (
+from engine_plugins.contract.schema import (
     INT32_MAX,
     MAX_NAME_CHARS,
     MAX_TEMPERATURE,

@@ -32,7 +32,7 @@ from typing import Any, Optional
 import httpx
 import pytest
 
-from engine_plugins.schema import ErrorBody
+from engine_plugins.contract.schema import ErrorBody
 
 
 from .api import ANSWERS, Api, assert_partial

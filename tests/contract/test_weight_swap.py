@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from engine_plugins.schema import WeightSwapResult
+from engine_plugins.contract.schema import WeightSwapResult
 
 from .api import Api, assert_partial
 

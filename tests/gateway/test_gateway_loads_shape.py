@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from contract.api import Api
-from engine_plugins.schema import LoadsResult
+from engine_plugins.contract.schema import LoadsResult
 
 from .smg_loads import WorkerLoadResponse
 

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import httpx
 
 from contract.api import DEADLINE_S, Api
-from engine_plugins.schema import LoadsResult
+from engine_plugins.contract.schema import LoadsResult
 from targets import Target
 
 from .smg_loads import WorkerLoadResponse

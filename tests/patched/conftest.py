@@ -2,7 +2,7 @@
 patch (patches/), with the plugin NOT loaded, so that the checks see the engines' own routes.
 
 Each patched engine is an overlay beside the shared engine venvs
-(``<engines dir>/<engine>-patched/<version>/``, :func:`engine_plugins.patching.build_overlay`):
+(``<engines dir>/<engine>-patched/<version>/``, :func:`engine_plugins.engines.overlays.build_overlay`):
 hard links of the engine's package with only the patched files replaced, put ahead of the venv's
 site-packages on ``PYTHONPATH``. Built by the first run on a machine (a second or so), reused after.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_plugins import patching
-from engine_plugins.launcher.engine_server import EngineServer, engines_dir, ensure_engine
+from engine_plugins.engines import patching
+from tools.launcher.engine_server import EngineServer, engines_dir, ensure_engine
 from engine_versions import SUPPORTED
 from targets import API_KEY, REPO
 
@@ -51,7 +51,7 @@ def patched_overlay(engine: str, version: str | None = None) -> tuple[Path, Path
     [site] = (paths.venv / "lib").glob("python3.*/site-packages")
     version = version or PINNED[engine]
     patch = patching.patch_for(engine, version, REPO / "patches")
-    return patching.build_overlay(site / engine, patch, engines_dir() / f"{engine}-patched" / version), paths.python
+    return overlays.build_overlay(site / engine, patch, engines_dir() / f"{engine}-patched" / version), paths.python
 
 
 def pytest_collection_modifyitems(config, items):

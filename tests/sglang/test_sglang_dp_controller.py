@@ -1,4 +1,4 @@
-"""The plugin's hook on SGLang's data-parallel controller loop (``engine_plugins.sglang.dp_controller``),
+"""The plugin's hook on SGLang's data-parallel controller loop (``engine_plugins.engines.sglang.dp_controller``),
 on stand-ins for its socket and for zmq's poller: every message is routed, in order, also one
 that arrives after the loop waited; without ``--sleep-on-idle`` SGLang's own loop runs. The real
 controller runs it in the ``sglang-dp2`` target (the contract suite and tests/sglang/test_sglang_dp.py)."""
@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from engine_plugins.sglang.dp_controller import register_idle_sleep, run_sleeping_loop
-from engine_plugins.sglang.engine_names import DPControllerNames
+from engine_plugins.engines.sglang.dp_controller import register_idle_sleep, run_sleeping_loop
+from engine_plugins.engines.sglang.engine_names import DPControllerNames
 
 
 class ZMQError(Exception):

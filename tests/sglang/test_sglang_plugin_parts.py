@@ -7,13 +7,13 @@ import httpx
 import pytest
 from fastapi import APIRouter, FastAPI
 
-from engine_plugins.errors import ContractError, StartupError
-from engine_plugins.schema import SamplingParams
-from engine_plugins.sglang import plugin
-from engine_plugins.sglang.engine_names import SGLangEngine, check_names
-from engine_plugins.sglang.routes import mount
-from engine_plugins.sglang.seam import SGLangSeam
-from engine_plugins.sglang.tracking import Tracker, register_hooks
+from engine_plugins.contract.errors import ContractError, StartupError
+from engine_plugins.contract.schema import SamplingParams
+from engine_plugins.engines.sglang import plugin
+from engine_plugins.engines.sglang.engine_names import SGLangEngine, check_names
+from engine_plugins.engines.sglang.routes import mount
+from engine_plugins.engines.sglang.seam import SGLangSeam
+from engine_plugins.engines.sglang.tracking import Tracker, register_hooks
 from fakes.sglang.names import fake_names
 from fakes.sglang.tokenizer_manager import TokenizerManager
 

@@ -63,7 +63,7 @@ def _refused_start_log(target, tmp_path, *args: str, env: dict | None = None) ->
     """Start a server like *target*'s with *args* (and *env*), which the plugin refuses before
     anything listens (``launch_server`` never runs); its log."""
     if target.name == "sglang":
-        from engine_plugins.launcher.engine_server import EngineServer, EngineStartError
+        from tools.launcher.engine_server import EngineServer, EngineStartError
 
         server = EngineServer("sglang", REPO, log_path=tmp_path / "refused.log", extra_args=list(args), env=env)
         with pytest.raises(EngineStartError):

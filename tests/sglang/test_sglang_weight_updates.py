@@ -28,7 +28,7 @@ RUNNING = 4
 @pytest.fixture(scope="session")
 def real_checkpoint():
     """A checkpoint of the real servers' tiny model with real weights (kept beside it)."""
-    from engine_plugins.launcher.engine_server import engine_paths
+    from tools.launcher.engine_server import engine_paths
     from targets import make_checkpoints
 
     paths = engine_paths("sglang")

@@ -68,7 +68,7 @@ async def test_an_engine_key_takes_precedence_over_engine_plugins_api_key(tmp_pa
 
 def test_a_bad_variable_stops_startup_with_its_name():
     proc = subprocess.run(
-        [sys.executable, "-m", "engine_plugins.stub", "--port", str(free_port())],
+        [sys.executable, "-m", "engine_plugins.engines.stub", "--port", str(free_port())],
         env={"ENGINE_PLUGINS_ABORT_TIMEOUT_S": "-1", "PATH": ""},
         capture_output=True,
         text=True,

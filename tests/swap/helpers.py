@@ -35,7 +35,7 @@ async def probe(api: Api) -> tuple[list[int], int]:
 
 def engine_python(engine: str) -> Path:
     """The python of *engine*'s venv (the pinned release's)."""
-    from engine_plugins.launcher.engine_server import engine_paths
+    from tools.launcher.engine_server import engine_paths
 
     return engine_paths(engine).python
 

@@ -48,7 +48,7 @@ class Setup:
         self.trainer = None
 
     async def __aenter__(self):
-        from engine_plugins.launcher.engine_server import engine_paths
+        from tools.launcher.engine_server import engine_paths
 
         fleet = Fleet([self.target.url], api_key=self.target.api_key)
         self.fleet = await fleet.__aenter__()

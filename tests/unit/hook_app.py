@@ -1,6 +1,6 @@
 """The stub engine in-process with plugins of a test's own, reached through its real HTTP routes.
 
-Requests go through httpx's ASGI transport to the app ``python -m engine_plugins.stub`` serves,
+Requests go through httpx's ASGI transport to the app ``python -m engine_plugins.engines.stub`` serves,
 so a hook is called exactly as on a server: parsed body, auth, dispatch, answer.
 """
 
@@ -16,10 +16,10 @@ import httpx
 from fastapi import FastAPI
 
 from engine_plugins import hookimpl
-from engine_plugins.config import Settings
-from engine_plugins.control import RolloutControl
-from engine_plugins.stub.engine import StubEngine
-from engine_plugins.stub.server import create_app
+from engine_plugins.host.config import Settings
+from engine_plugins.core.control import RolloutControl
+from engine_plugins.engines.stub.engine import StubEngine
+from engine_plugins.engines.stub.server import create_app
 
 # The call each hook's route gets by default: (method, path, JSON body).
 CALLS: dict[str, tuple[str, str, Optional[dict]]] = {
@@ -128,11 +128,11 @@ def spy() -> tuple[Any, list[str]]:
 async def assert_plugin_failure(stub: Stub, hook: str, caplog: Any) -> None:
     """The route of *hook* answers 500 naming the plugin ``broken`` but not its exception, which
     is logged with its traceback."""
-    with caplog.at_level("ERROR", logger="engine_plugins.http_api"):
+    with caplog.at_level("ERROR", logger="engine_plugins.host.http_api"):
         response = await stub.call(hook)
     assert response.status_code == 500
     message = response.json()["error"]["message"]
     assert message == f"plugin 'broken' failed in hook '{hook}': internal error; the server log has the details"
-    (record,) = [r for r in caplog.records if r.name == "engine_plugins.http_api"]
+    (record,) = [r for r in caplog.records if r.name == "engine_plugins.host.http_api"]
     assert "plugin 'broken'" in record.getMessage() and "RuntimeError: boom" in record.getMessage()
     assert record.exc_info[0] is RuntimeError

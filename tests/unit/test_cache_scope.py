@@ -5,7 +5,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine_plugins.cache_scope import version_salt
+from engine_plugins.core.cache_scope import version_salt
 
 # What vLLM's HTTP layer accepts as a cache_salt (and so any KV connector behind it).
 VLLM_SALT = re.compile(r"[^@/\\\x00]{1,128}")

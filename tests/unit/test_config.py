@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine_plugins.config import ENV_VARS, ConfigError, Settings, describe, load_settings
+from engine_plugins.host.config import ENV_VARS, ConfigError, Settings, describe, load_settings
 
 
 def test_defaults_when_nothing_is_set():

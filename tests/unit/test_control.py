@@ -6,9 +6,9 @@ import asyncio
 import pytest
 from hook_app import stub_app
 
-from engine_plugins.control import InFlightCounts, _reconcile, _spans, new_rid
-from engine_plugins.schema import WeightVersionSpan
-from engine_plugins.seam import Generation
+from engine_plugins.core.control import InFlightCounts, _reconcile, _spans, new_rid
+from engine_plugins.contract.schema import WeightVersionSpan
+from engine_plugins.core.seam import Generation
 
 
 def test_engine_ids_have_a_fixed_length_so_prefix_matching_cannot_spread():

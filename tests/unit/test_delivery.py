@@ -7,8 +7,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse, Response
 
-from engine_plugins.delivery import DeliveryMiddleware, install_outermost
-from engine_plugins.registry import InFlightRegistry
+from engine_plugins.core.delivery import DeliveryMiddleware, install_outermost
+from engine_plugins.core.registry import InFlightRegistry
 
 pytestmark = pytest.mark.anyio
 

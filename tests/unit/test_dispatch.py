@@ -6,7 +6,7 @@ import pytest
 from hook_app import plugin_with, stub_app
 
 from engine_plugins import hookimpl
-from engine_plugins.config import Settings
+from engine_plugins.host.config import Settings
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +53,7 @@ async def test_trace_logs_every_call_and_the_awaited_part(caplog):
     async def loads(control):
         return None
 
-    logger = logging.getLogger("engine_plugins.trace")
+    logger = logging.getLogger("engine_plugins.host.trace")
     logger.addHandler(caplog.handler)  # the trace logger has its own handler and does not propagate
     try:
         async with stub_app({"mine": plugin_with("loads", loads)}, Settings(plugins=frozenset(), trace=True)) as stub:
@@ -61,7 +61,7 @@ async def test_trace_logs_every_call_and_the_awaited_part(caplog):
             await stub.ok("is_paused")
     finally:
         logger.removeHandler(caplog.handler)
-    lines = [r.getMessage() for r in caplog.records if r.name == "engine_plugins.trace"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "engine_plugins.host.trace"]
     expected = [
         "hook loads: mine returned an awaitable in",
         "hook loads: mine deferred after",

@@ -1,6 +1,6 @@
 """The startup warning for control routes served without a key beyond loopback."""
 
-from engine_plugins.exposure import is_loopback, unguarded_warning
+from engine_plugins.host.exposure import is_loopback, unguarded_warning
 
 
 def test_loopback_addresses_and_names_need_no_warning():
@@ -20,7 +20,7 @@ def test_every_other_address_without_a_key_is_warned_about_and_a_key_silences_it
 def test_the_redacting_filter_masks_secrets_in_a_record_and_keeps_it():
     import logging
 
-    from engine_plugins.exposure import RedactSecrets
+    from engine_plugins.host.exposure import RedactSecrets
 
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "server_args=%s", ({"api_key": "s3cret", "port": 1},), None)
     assert RedactSecrets(["s3cret", None]).filter(record) is True
@@ -32,8 +32,8 @@ def test_a_keyless_server_serves_and_says_so_and_require_key_refuses_it():
 
     import pytest
 
-    from engine_plugins.errors import StartupError
-    from engine_plugins.exposure import key_policy
+    from engine_plugins.contract.errors import StartupError
+    from engine_plugins.host.exposure import key_policy
 
     assert key_policy("0.0.0.0", [None, "k"], require_key=True) is None
     level, message = key_policy("0.0.0.0", [None, ""], require_key=False)

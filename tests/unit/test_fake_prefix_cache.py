@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine_plugins.cache_scope import version_salt
-from engine_plugins.schema import SamplingParams
-from engine_plugins.stub.engine import PrefixCache, StubEngine
+from engine_plugins.core.cache_scope import version_salt
+from engine_plugins.contract.schema import SamplingParams
+from engine_plugins.engines.stub.engine import PrefixCache, StubEngine
 from fakes.sglang.io_struct import GenerateReqInput
 from fakes.sglang.scheduler import FakeRadixCache
 from fakes.sglang.tokenizer_manager import TokenizerManager
@@ -227,10 +227,10 @@ async def test_stub_shares_across_generations_when_scoping_is_off() -> None:
 
 def test_stub_server_takes_scoping_from_its_settings() -> None:
     """``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE`` reaches the engine a stub app builds itself; a stub
-    engine made without the flag scopes (the served stub, :func:`~engine_plugins.stub.server.main`,
+    engine made without the flag scopes (the served stub, :func:`~engine_plugins.engines.stub.server.main`,
     passes the setting: ``tests/contract/test_prefix_cache.py`` serves one with it off)."""
-    from engine_plugins.config import load_settings
-    from engine_plugins.stub.server import create_app
+    from engine_plugins.host.config import load_settings
+    from engine_plugins.engines.stub.server import create_app
 
     app = create_app(None, load_settings({"ENGINE_PLUGINS_SCOPE_PREFIX_CACHE": "0", "ENGINE_PLUGINS_PLUGINS": ""}))
     built = app.state.plugin_stack.hooks._get_control().seam  # the control is built on first use

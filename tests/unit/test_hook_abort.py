@@ -5,10 +5,10 @@ import asyncio
 import pytest
 from hook_app import assert_plugin_failure, deferring, plugin_with, raising, spy, stub_app
 
-from engine_plugins.control import RolloutControl
-from engine_plugins.errors import ContractError
-from engine_plugins.schema import AbortResult, SamplingParams
-from engine_plugins.stub.engine import StubEngine
+from engine_plugins.core.control import RolloutControl
+from engine_plugins.contract.errors import ContractError
+from engine_plugins.contract.schema import AbortResult, SamplingParams
+from engine_plugins.engines.stub.engine import StubEngine
 
 pytestmark = pytest.mark.anyio
 

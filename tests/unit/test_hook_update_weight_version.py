@@ -3,7 +3,7 @@
 import pytest
 from hook_app import assert_plugin_failure, deferring, plugin_with, raising, spy, stub_app
 
-from engine_plugins.errors import ContractError
+from engine_plugins.contract.errors import ContractError
 
 pytestmark = pytest.mark.anyio
 

@@ -4,8 +4,9 @@ import inspect
 
 import pytest
 
-from engine_plugins import hookimpl, hookspecs
-from engine_plugins.http_api import CONTRACT_ROUTES
+from engine_plugins import hookimpl
+from engine_plugins.contract import hookspecs
+from engine_plugins.host.http_api import CONTRACT_ROUTES
 
 SPECS = [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction) if hasattr(fn, "engine_plugins_spec")]
 

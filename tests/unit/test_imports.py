@@ -6,16 +6,16 @@ import sys
 
 MODULES = [
     "engine_plugins",
-    "engine_plugins.hookspecs",
-    "engine_plugins.schema",
-    "engine_plugins.config",
-    "engine_plugins.control",
-    "engine_plugins.http_api",
-    "engine_plugins.assembly",
-    "engine_plugins.dispatch",
-    "engine_plugins.default_hooks",
+    "engine_plugins.contract.hookspecs",
+    "engine_plugins.contract.schema",
+    "engine_plugins.host.config",
+    "engine_plugins.core.control",
+    "engine_plugins.host.http_api",
+    "engine_plugins.host.assembly",
+    "engine_plugins.host.dispatch",
+    "engine_plugins.host.default_hooks",
     "engine_plugins.metrics.plugin",
-    "engine_plugins.stub.server",
+    "engine_plugins.engines.stub.server",
 ]
 
 
@@ -33,8 +33,8 @@ def test_loading_the_plugins_does_not_import_prometheus_client():
     # What SGLang's load_plugins() does, before PROMETHEUS_MULTIPROC_DIR is set.
     code = (
         "import sys\n"
-        "from engine_plugins.assembly import assemble\n"
-        "from engine_plugins.config import Settings\n"
+        "from engine_plugins.host.assembly import assemble\n"
+        "from engine_plugins.host.config import Settings\n"
         "stack = assemble(lambda: None, settings=Settings())\n"
         "assert stack.pm.get_plugin('metrics') is not None\n"
         "assert 'prometheus_client' not in sys.modules\n"

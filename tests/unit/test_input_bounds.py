@@ -15,11 +15,17 @@ from hook_app import stub_app
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from starlette.requests import Request
 
-from engine_plugins.config import Settings
-from engine_plugins.dispatch import Hooks
-from engine_plugins.errors import ContractError
-from engine_plugins.http_api import THREADED_PARSE_BYTES, ContractRoute, build_routes, describe_validation_error, parse_body
-from engine_plugins.schema import (
+from engine_plugins.host.config import Settings
+from engine_plugins.host.dispatch import Hooks
+from engine_plugins.contract.errors import ContractError
+from engine_plugins.host.http_api import (
+    THREADED_PARSE_BYTES,
+    ContractRoute,
+    build_routes,
+    describe_validation_error,
+    parse_body,
+)
+from engine_plugins.contract.schema import (
     INT32_MAX,
     MAX_NAME_CHARS,
     MAX_TIMEOUT_S,
@@ -27,7 +33,7 @@ from engine_plugins.schema import (
     PartialGenerateRequest,
     UpdateWeightVersionRequest,
 )
-from engine_plugins.sglang.native_routes import NativeAbortRequest, NativePauseRequest
+from engine_plugins.engines.sglang.native_routes import NativeAbortRequest, NativePauseRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -199,10 +205,10 @@ async def test_an_unexpected_failure_is_a_500_without_the_exceptions_text(caplog
 
     app = FastAPI()
     app.include_router(build_routes(Hooks(None, lambda: None), Settings(plugins=frozenset()), [ContractRoute("/fails", "POST", fails)]))
-    with caplog.at_level("ERROR", logger="engine_plugins.http_api"):
+    with caplog.at_level("ERROR", logger="engine_plugins.host.http_api"):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
             response = await http.post("/fails")
     assert response.status_code == 500
     assert response.json() == {"error": {"message": "internal error; the server log has the details", "type": "internal_error"}}
-    (record,) = [r for r in caplog.records if r.name == "engine_plugins.http_api"]
+    (record,) = [r for r in caplog.records if r.name == "engine_plugins.host.http_api"]
     assert record.exc_info[0] is RuntimeError and "secret-detail" in str(record.exc_info[1])

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from engine_plugins.launcher import cpu
+from tools.launcher import cpu
 
 
 def test_profiles_resolve_cores_on_the_machine_and_fill_in_the_engine_core():
@@ -35,8 +35,8 @@ def test_a_server_dies_with_the_process_that_started_it_even_when_that_one_is_ki
     # no atexit runs, and only the parent-death signal can stop the child.
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import functools, subprocess, sys, time
-        from engine_plugins.launcher import cpu
-        from engine_plugins.launcher.engine_server import _in_child_before_exec
+        from tools.launcher import cpu
+        from tools.launcher.engine_server import _in_child_before_exec
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
                                  preexec_fn=functools.partial(_in_child_before_exec, cpu.PROFILES["engine-default"]))
         print(child.pid, flush=True)
@@ -64,7 +64,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_logged_command_never_shows_a_key():
-    from engine_plugins.launcher.engine_server import shown_command
+    from tools.launcher.engine_server import shown_command
 
     command = ["python", "-m", "x", "--api-key", "k1", "--admin-api-key=k2", "--port", "1"]
     assert shown_command(command) == ["python", "-m", "x", "--api-key", "***", "--admin-api-key=***", "--port", "1"]

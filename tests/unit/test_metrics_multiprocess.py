@@ -11,9 +11,9 @@ SCRIPT = textwrap.dedent(
     """
     import asyncio
     import httpx
-    from engine_plugins.config import Settings
-    from engine_plugins.stub.engine import StubEngine
-    from engine_plugins.stub.server import create_app
+    from engine_plugins.host.config import Settings
+    from engine_plugins.engines.stub.engine import StubEngine
+    from engine_plugins.engines.stub.server import create_app
     from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
     def scrape():

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from engine_plugins import peers as peers_module
-from engine_plugins.errors import StartupError
-from engine_plugins.peers import Link, PeerError, Peers, PeerSilent
+from engine_plugins.fanout import peers as peers_module
+from engine_plugins.contract.errors import StartupError
+from engine_plugins.fanout.peers import Link, PeerError, Peers, PeerSilent
 
 pytestmark = pytest.mark.anyio
 
@@ -152,7 +152,7 @@ def test_each_server_gets_a_link_of_its_own_from_its_parent(monkeypatch):
     finally:
         monkeypatch.delenv(peers_module.LINK_ENV.format(pid=parent))
     # Two servers started alike (same parent pid inside two containers, same port) differ.
-    code = "from engine_plugins.peers import hand_out; print(hand_out(1).encode())"
+    code = "from engine_plugins.fanout.peers import hand_out; print(hand_out(1).encode())"
     links = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)}
     assert len(links) == 2
 
@@ -160,7 +160,7 @@ def test_each_server_gets_a_link_of_its_own_from_its_parent(monkeypatch):
 LISTENER = textwrap.dedent("""
     import asyncio, sys
     from pathlib import Path
-    from engine_plugins.peers import Link, Peers
+    from engine_plugins.fanout.peers import Link, Peers
 
     async def main():
         ran = []

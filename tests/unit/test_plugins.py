@@ -6,11 +6,11 @@ import textwrap
 
 import pytest
 
-from engine_plugins.config import Settings
-from engine_plugins.errors import StartupError
-from engine_plugins.dispatch import first_answer
-from engine_plugins.plugins import make_plugin_manager
-from engine_plugins.schema import PauseState
+from engine_plugins.host.config import Settings
+from engine_plugins.contract.errors import StartupError
+from engine_plugins.host.dispatch import first_answer
+from engine_plugins.host.plugins import make_plugin_manager
+from engine_plugins.contract.schema import PauseState
 
 pytestmark = pytest.mark.anyio
 

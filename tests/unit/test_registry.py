@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from engine_plugins.registry import InFlightRegistry
+from engine_plugins.core.registry import InFlightRegistry
 
 pytestmark = pytest.mark.anyio
 

@@ -1,7 +1,7 @@
 """The order of weight versions (the order of bumps) and the registry's admission stamps."""
 
-from engine_plugins.registry import InFlightRegistry
-from engine_plugins.versions import WeightVersions
+from engine_plugins.core.registry import InFlightRegistry
+from engine_plugins.core.versions import WeightVersions
 
 
 def test_generations_count_bumps_and_a_repeated_name_means_its_latest_bump():

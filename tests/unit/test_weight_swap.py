@@ -5,10 +5,10 @@ import asyncio
 
 import pytest
 
-from engine_plugins.control import RolloutControl
-from engine_plugins.errors import ContractError
-from engine_plugins.stub.engine import StubEngine
-from engine_plugins.weight_swap import begin_weight_swap, commit_weight_swap
+from engine_plugins.core.control import RolloutControl
+from engine_plugins.contract.errors import ContractError
+from engine_plugins.engines.stub.engine import StubEngine
+from engine_plugins.core.weight_swap import begin_weight_swap, commit_weight_swap
 
 pytestmark = pytest.mark.anyio
 

@@ -5,12 +5,12 @@ import asyncio
 
 import pytest
 
-from engine_plugins.control import RolloutControl
-from engine_plugins.schema import SamplingParams
-from engine_plugins.vllm import engine_names
-from engine_plugins.vllm.engine_names import VllmEngine
-from engine_plugins.vllm.seam import VllmSeam
-from engine_plugins.vllm.tracking import Tracker
+from engine_plugins.core.control import RolloutControl
+from engine_plugins.contract.schema import SamplingParams
+from engine_plugins.engines.vllm import engine_names
+from engine_plugins.engines.vllm.engine_names import VllmEngine
+from engine_plugins.engines.vllm.seam import VllmSeam
+from engine_plugins.engines.vllm.tracking import Tracker
 from fakes.vllm import engine as fake
 from fakes.vllm.server import fake_names
 

@@ -4,7 +4,7 @@ middleware guards only /v1, /v2, /inference and /cohere)."""
 import httpx
 import pytest
 
-from engine_plugins.vllm.weight_routes import GUARDED_PATHS
+from engine_plugins.engines.vllm.weight_routes import GUARDED_PATHS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-stub", "vllm", "vllm-weights")]
 

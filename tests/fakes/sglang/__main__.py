@@ -11,7 +11,7 @@ import argparse
 import logging
 from types import SimpleNamespace
 
-from engine_plugins.sglang.plugin import install
+from engine_plugins.engines.sglang.plugin import install
 
 from . import http_server
 from .hook_registry import HookRegistry

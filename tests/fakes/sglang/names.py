@@ -1,10 +1,10 @@
-"""The plugin's :class:`~engine_plugins.sglang.engine_names.SGLangNames`, built from this fake."""
+"""The plugin's :class:`~engine_plugins.engines.sglang.engine_names.SGLangNames`, built from this fake."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from engine_plugins.sglang.engine_names import SGLangNames, check_names
+from engine_plugins.engines.sglang.engine_names import SGLangNames, check_names
 
 from . import http_server
 from .hook_registry import HookRegistry, HookType

@@ -37,10 +37,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.routing import APIRoute
 
-from engine_plugins import peers
-from engine_plugins.vllm import engine_names
-from engine_plugins.vllm.engine_names import VllmNames
-from engine_plugins.vllm.plugin import VllmEndpointPlugin
+from engine_plugins.fanout import peers
+from engine_plugins.engines.vllm import engine_names
+from engine_plugins.engines.vllm.engine_names import VllmNames
+from engine_plugins.engines.vllm.plugin import VllmEndpointPlugin
 
 from . import engine as fake
 

@@ -1,0 +1,614 @@
+"""Every SGLang name the SGLang plugin uses, in one place, checked before the plugin relies on it.
+
+- :class:`SGLangNames`: what the plugin imports from SGLang (request classes, the HTTP server
+  module, the hook registry, config accessors). :func:`load_names` imports them from the
+  installed SGLang and :func:`check_names` checks them at startup.
+- :class:`SGLangEngine`: one TokenizerManager. Every attribute the plugin reads, writes or
+  calls on SGLang's objects (the TokenizerManager, its request states, the requests it builds
+  or sees) goes through it; its constructor checks the TokenizerManager's own attributes, when
+  SGLang constructs it at startup.
+
+- The supported releases (SGLang 0.5.20 to 0.5.23): :data:`REQUIRED_NAMES`, checked by
+  :func:`probe` at startup and on each release's wheel by the static probe test; they need no shim.
+
+A check failure is a :class:`~engine_plugins.contract.errors.StartupError` naming what is missing and the
+SGLang version. Tests build :class:`SGLangNames` from a fake SGLang without SGLang installed.
+What each name does in SGLang, with file and line, is in ``docs/engine-notes.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, AsyncIterator, Callable, Optional
+
+from engine_plugins.engines.probe import (
+    EngineName,
+    Feature,
+    ImportResolver,
+    ProbeReport,
+    best_effort,
+    check,
+    in_range,
+    version_tuple,
+)
+from engine_plugins.contract.errors import StartupError
+from engine_plugins.core.model_limits import ModelLimits
+
+# The SGLang releases the plugin supports (every 0.5.23.x included).
+LOWEST_VERSION, HIGHEST_VERSION = "0.5.20", "0.5.23"
+SUPPORTED_VERSION = f"{LOWEST_VERSION} to {HIGHEST_VERSION}"
+NOT_INSTALLED = "(not installed)"
+
+# Methods of the TokenizerManager class the plugin calls or hooks.
+TOKENIZER_MANAGER_METHODS = (
+    "__init__",
+    "generate_request",
+    "_create_tokenized_object",
+    "_mark_state_dispatched",
+    "abort_request",
+    "pause_generation",
+    "continue_generation",
+    "update_weight_version",
+    "get_loads",
+    "config_value",
+)
+# Attributes a TokenizerManager sets on itself in __init__: checked on each instance.
+TOKENIZER_MANAGER_ATTRIBUTES = (
+    "rid_to_state", "is_pause", "is_pause_cond", "incremental_streaming_output", "model_config", "context_len",
+)
+REQ_STATE_FIELDS = ("dispatched", "abort_sent")
+# Fields of the request objects the plugin builds or reads.
+REQUEST_FIELDS = {
+    "GenerateReqInput": ("rid", "input_ids", "sampling_params", "stream", "return_logprob"),
+    "UpdateWeightVersionReqInput": ("new_version", "abort_all_requests"),
+    "PauseGenerationReqInput": ("mode",),
+    "ContinueGenerationReqInput": (),
+}
+HTTP_SERVER_NAMES = ("app", "get_global_state", "launch_server")
+# The request of each weight-update method (:mod:`.weight_updates`).
+WEIGHT_UPDATE_REQUESTS = (
+    "UpdateWeightFromDiskReqInput", "UpdateWeightsFromTensorReqInput", "UpdateWeightsFromDistributedReqInput",
+    "UpdateWeightsFromIPCReqInput",
+)
+# The release from which tensor and distributed updates need a weight-update session, and the
+# scheduler's flush ignores its waiting queue while paused.
+SESSION_VERSION = "0.5.21"
+# The data-parallel controller (``--dp-size`` > 1), whose event loop the plugin lets sleep when
+# idle: the loop's method, the attributes its body uses, and the module's names it calls.
+DP_CONTROLLER_MODULE = "sglang.srt.managers.data_parallel_controller"
+DP_CONTROLLER_ATTRIBUTES = ("recv_from_tokenizer", "soft_watchdog", "_request_dispatcher")
+
+
+def _n(module: str, name: str, *params: str, on_self: bool = False) -> EngineName:
+    return EngineName("sglang.srt." + module, name, tuple(params), on_self)
+
+
+_TM = "managers.tokenizer_manager"
+# Every name in SGLang the plugin uses, checked at startup on the installed SGLang (with
+# check_names below, on the imported objects) and, by the static probe test, in each supported
+# release's wheel; engine_probe.check reads this one list both ways.
+REQUIRED_NAMES: tuple[EngineName, ...] = (
+    *(_n("entrypoints.http_server", name) for name in HTTP_SERVER_NAMES),
+    *(_n(_TM, f"TokenizerManager.{m}") for m in TOKENIZER_MANAGER_METHODS),
+    _n(_TM, "TokenizerManager.generate_request", "obj", "request"),
+    _n(_TM, "TokenizerManager.abort_request", "rid", "abort_all"),
+    _n(_TM, "TokenizerManager.update_weight_version", "obj"),
+    *(_n(_TM, f"TokenizerManager.{a}", on_self=True) for a in TOKENIZER_MANAGER_ATTRIBUTES),
+    *(_n(_TM, f"ReqState.{f}") for f in REQ_STATE_FIELDS),
+    *(_n("managers.io_struct", f"{cls}.{f}") for cls, fields in REQUEST_FIELDS.items() for f in fields),
+    _n("managers.io_struct", "ContinueGenerationReqInput"),
+    _n("managers.io_struct", "TokenizedGenerateReqInput.rid"),
+    _n("managers.io_struct", "TokenizedGenerateReqInput.extra_key"),
+    _n("managers.load_snapshot", "LoadSnapshot.to_dict"),
+    _n("plugins.hook_registry", "HookRegistry.register"),
+    _n("plugins.hook_registry", "HookRegistry.apply_hooks"),
+    _n("plugins.hook_registry", "HookType.AROUND"),
+    _n("plugins.hook_registry", "HookType.AFTER"),
+    _n("runtime_context", "get_exec"),
+    _n("runtime_context", "get_serving"),
+    _n("runtime_context", "get_parallel"),
+    _n("runtime_context", "get_device"),
+    _n("managers.data_parallel_controller", "DataParallelController.event_loop"),
+    *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
+    _n("managers.data_parallel_controller", "sock_recv"),
+    _n("managers.data_parallel_controller", "zmq"),
+    _n("utils.auth", "AuthLevel.ADMIN_OPTIONAL"),
+    # Weight updates (:mod:`.weight_updates`): the TokenizerManager's methods (three of them
+    # inherited from its control mixin) and the fields of their requests the plugin reads.
+    _n(_TM, "TokenizerManager.update_weights_from_disk", "obj", "request"),
+    *(_n("managers.tokenizer_control_mixin", f"TokenizerControlMixin.update_weights_from_{kind}", "obj", "request")
+      for kind in ("tensor", "distributed", "ipc")),
+    _n("managers.tokenizer_control_mixin", "TokenizerControlMixin.init_weights_update_group", "obj", "request"),
+    *(_n("managers.io_struct", f"{cls}.{f}") for cls in WEIGHT_UPDATE_REQUESTS for f in ("flush_cache", "weight_version")),
+)
+LEGACY_GET_LOAD = "legacy_get_load"
+WEIGHT_UPDATE_SESSION = "weight_update_session"
+# Differences between the supported releases that the startup log names. SGLang's own /get_load
+# (removed in 0.5.21) needs no shim: the plugin leaves it as SGLang serves it.
+NOTED_FEATURES: tuple[Feature, ...] = (
+    Feature(LEGACY_GET_LOAD, _n("entrypoints.http_server", "get_load"), "SGLang's own /get_load served as before"),
+    Feature(WEIGHT_UPDATE_SESSION, _n("managers.io_struct", "BeginWeightUpdateReqInput"),
+            "sessionless tensor and distributed weight updates get a session from the plugin"),
+)
+
+
+def probe(resolver: Any = None) -> ProbeReport:
+    """Every name in :data:`REQUIRED_NAMES` and every noted feature, in the installed SGLang by default."""
+    return check(resolver or ImportResolver(), REQUIRED_NAMES, NOTED_FEATURES)
+
+
+def notes(report: ProbeReport) -> list[str]:
+    """What the startup log says of the version differences a probe found."""
+    return [f.shim for f in NOTED_FEATURES if report.features.get(f.key)]
+
+
+def check_version(version: str, report: Optional[ProbeReport] = None) -> None:
+    """StartupError naming *version* and the supported range when it lies outside; with *report*
+    (the probe of that release), also what it lacks of what the plugin uses."""
+    if not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
+        lacks = f"; SGLang {version} lacks {', '.join(report.missing)}" if report is not None and report.missing else ""
+        raise StartupError(
+            f"engine_plugins: SGLang {version} is not supported; the plugin supports SGLang {SUPPORTED_VERSION}{lacks}"
+        )
+
+
+@dataclass
+class SGLangNames:
+    """The SGLang names the plugin uses; built from the real SGLang or from a fake."""
+
+    version: str
+    http_server: ModuleType
+    """``sglang.srt.entrypoints.http_server``: ``app``, ``get_global_state``, ``launch_server``."""
+    TokenizerManager: type
+    ReqState: type
+    LoadSnapshot: type
+    GenerateReqInput: type
+    UpdateWeightVersionReqInput: type
+    PauseGenerationReqInput: type
+    ContinueGenerationReqInput: type
+    HookRegistry: Any
+    """SGLang's registry of method hooks; it applies them after every plugin has loaded."""
+    HookType: Any
+    serving: Callable[[], Any]
+    """SGLang's ``get_serving()`` config bag: ``api_key``, ``admin_api_key``."""
+    deterministic_inference: Callable[[], bool]
+    """Whether the server runs with ``--enable-deterministic-inference`` (seeds are honoured)."""
+    admin_optional: Any = None
+    """``AuthLevel.ADMIN_OPTIONAL``, set on the contract's endpoints for SGLang's key middleware."""
+    health_check_prefix: str = "HEALTH_CHECK"
+    loads_header: Callable[[], dict] = dict
+    """The top-level fields of SGLang's own ``/v1/loads`` besides ``timestamp`` and ``version``
+    (``accelerator``, ``num_accelerators``), made by SGLang's own helpers; ``{}`` when absent."""
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """How this version differs where the plugin looks (the startup log's line)."""
+    BeginWeightUpdateReqInput: Optional[type] = None
+    """SGLang 0.5.21+'s weight-update session requests; None before."""
+    EndWeightUpdateReqInput: Optional[type] = None
+    parallel: Callable[[], Any] = lambda: None
+    """SGLang's ``get_parallel()`` (``dp_size``, ``enable_dp_attention``); None where unknown."""
+
+    @property
+    def app(self) -> Any:
+        """SGLang's module-level FastAPI app."""
+        return self.http_server.app
+
+    def tokenizer_manager(self) -> Optional[Any]:
+        """The TokenizerManager serving this process, None until SGLang has built it."""
+        state = self.http_server.get_global_state()
+        return None if state is None else getattr(state, "tokenizer_manager", None)
+
+    def mark_admin_optional(self, endpoint: Any) -> None:
+        """Give *endpoint* SGLang's ``ADMIN_OPTIONAL`` auth level, which SGLang's key middleware reads."""
+        endpoint._auth_level = self.admin_optional
+
+    def api_keys(self) -> list[str]:
+        """Keys the contract accepts, by SGLang's ADMIN_OPTIONAL rule: the admin key when one is
+        set, otherwise the API key, otherwise none."""
+        serving = self.serving()
+        admin, key = getattr(serving, "admin_api_key", None), getattr(serving, "api_key", None)
+        return [admin] if admin else [key] if key else []
+
+    # --- hooks, through SGLang's own registry (so that SGLang's log names the plugin) ----------
+
+    def hook_tokenizer_manager(self, method: str, hook: Callable, kind: str = "AROUND") -> None:
+        """Register *hook* on ``TokenizerManager.<method>`` (``AROUND``: ``hook(original, self, ...)``;
+        ``AFTER``: ``hook(result, self, ...)``)."""
+        cls = self.TokenizerManager
+        self.HookRegistry.register(f"{cls.__module__}.{cls.__qualname__}.{method}", hook, getattr(self.HookType, kind))
+
+    def tokenizer_manager_method(self, method: str) -> Any:
+        """``TokenizerManager.<method>`` as the class holds it now (hooked or not)."""
+        return getattr(self.TokenizerManager, method, None)
+
+    def hook_launch_server(self, hook: Callable) -> None:
+        """Register an AROUND *hook* on ``http_server.launch_server``: ``hook(original, server_args, ...)``."""
+        self.HookRegistry.register(f"{self.http_server.__name__}.launch_server", hook, self.HookType.AROUND)
+
+    @staticmethod
+    def tokenizer_worker_num(server_args: Any) -> int:
+        """``--tokenizer-worker-num`` of the server about to launch."""
+        return getattr(server_args, "tokenizer_worker_num", 1) or 1
+
+    # The logger of SGLang's engine launcher, which logs the server args at startup.
+    SERVER_ARGS_LOGGER = "sglang.srt.entrypoints.engine"
+
+    @staticmethod
+    def serving_address(server_args: Any) -> tuple[Optional[str], list[str]]:
+        """``--host`` of the server about to launch, and its ``--api-key`` and ``--admin-api-key``."""
+        keys = [getattr(server_args, "api_key", None), getattr(server_args, "admin_api_key", None)]
+        return getattr(server_args, "host", None), [k for k in keys if k]
+
+    # --- the objects SGLang hands to the hooks --------------------------------------------------
+
+    @staticmethod
+    def request_rid(obj: Any) -> Any:
+        """A ``GenerateReqInput``'s rid: a string, or a list for a batch."""
+        return obj.rid
+
+    @staticmethod
+    def scope_prefix_cache(tokenized: Any, salt_of: Callable[[str, Optional[str]], Optional[str]]) -> None:
+        """Give a tokenized request (``TokenizedGenerateReqInput``; embedding requests have no
+        prefix-cache key to scope) the ``extra_key`` *salt_of(rid, its extra_key)* returns, unless None."""
+        if not hasattr(tokenized, "extra_key"):
+            return
+        salt = salt_of(tokenized.rid, tokenized.extra_key)
+        if salt is not None:
+            tokenized.extra_key = salt
+
+    # --- weight updates (:mod:`.weight_updates`) ------------------------------------------------
+
+    @staticmethod
+    def take_weight_version(obj: Any) -> Optional[str]:
+        """The ``weight_version`` a weight-update request carries, taken off it (the plugin
+        bumps to it once the weights are loaded)."""
+        version = getattr(obj, "weight_version", None)
+        if version is not None:
+            obj.weight_version = None
+        return version
+
+    @staticmethod
+    def wants_flush(obj: Any) -> bool:
+        """Whether a weight-update request asks SGLang to flush its cache after loading."""
+        return bool(getattr(obj, "flush_cache", False))
+
+    @staticmethod
+    def set_flush(obj: Any, flush: bool) -> None:
+        """Whether SGLang flushes its cache after this weight update's load."""
+        obj.flush_cache = flush
+
+    def flushes_while_retracted(self) -> bool:
+        """Whether the scheduler flushes under a ``retract`` pause with requests waiting (0.5.21+)."""
+        return version_tuple(self.version)[:3] >= version_tuple(SESSION_VERSION)
+
+    def replicas(self) -> int:
+        """Data-parallel replicas (plain ``--dp-size``, not DP attention), which SGLang's tensor,
+        distributed and IPC weight updates refuse."""
+        parallel = self.parallel()
+        if parallel is None or getattr(parallel, "enable_dp_attention", False):
+            return 1
+        return int(getattr(parallel, "dp_size", 1) or 1)
+
+    def has_weight_update_session(self) -> bool:
+        """Whether this SGLang has (and needs for tensor and distributed updates) a weight-update session."""
+        return self.BeginWeightUpdateReqInput is not None
+
+    async def begin_weight_update(self, tm: Any, request: Any) -> tuple:
+        """The TokenizerManager's ``begin_weight_update``: a session over every model runner."""
+        return await tm.begin_weight_update(self.BeginWeightUpdateReqInput(), request)
+
+    async def end_weight_update(self, tm: Any, request: Any) -> tuple:
+        """The TokenizerManager's ``end_weight_update``."""
+        return await tm.end_weight_update(self.EndWeightUpdateReqInput(), request)
+
+    @staticmethod
+    def update_answer(method: str, success: bool, message: str) -> tuple:
+        """A weight-update method's answer: ``(success, message)``, and for the disk update the
+        count of paused requests too (SGLang's route reads all three)."""
+        return (success, message, 0) if method == "update_weights_from_disk" else (success, message)
+
+    @staticmethod
+    def with_message(answer: tuple, message: str) -> tuple:
+        """SGLang's weight-update answer with *message* in place of its own."""
+        return (answer[0], message, *answer[2:])
+
+    @staticmethod
+    def wants_logprobs(obj: Any) -> bool:
+        """Whether a ``GenerateReqInput`` asked for logprobs."""
+        return bool(getattr(obj, "return_logprob", False))
+
+    @staticmethod
+    def state_dispatched(state: Any) -> bool:
+        """Whether a ``ReqState`` has been sent to the scheduler."""
+        return bool(getattr(state, "dispatched", False))
+
+    @staticmethod
+    def pause_mode(obj: Any) -> Optional[str]:
+        """A ``PauseGenerationReqInput``'s mode: ``abort``, ``retract`` or ``in_place``."""
+        return getattr(obj, "mode", None)
+
+
+@dataclass
+class DPControllerNames:
+    """What the plugin uses in SGLang's data-parallel controller process (``--dp-size`` > 1)."""
+
+    DataParallelController: type
+    HookRegistry: Any
+    HookType: Any
+    zmq: ModuleType
+    sock_recv: Callable[..., Any]
+    """SGLang's receive of one message from a ZMQ socket (``flags=zmq.NOBLOCK``: or raise ``zmq.ZMQError``)."""
+    sleep_on_idle: Callable[[], bool]
+    """Whether the server runs with ``--sleep-on-idle`` (read once the process has its config)."""
+
+    def hook_event_loop(self, hook: Callable) -> None:
+        """Register an AROUND *hook* on ``DataParallelController.event_loop``: ``hook(original, controller)``."""
+        cls = self.DataParallelController
+        self.HookRegistry.register(f"{cls.__module__}.{cls.__qualname__}.event_loop", hook, self.HookType.AROUND)
+
+    @staticmethod
+    def controller_parts(controller: Any) -> tuple[Any, Any, Callable[[Any], Any]]:
+        """A controller's socket from the TokenizerManager, its soft watchdog and its dispatcher."""
+        return controller.recv_from_tokenizer, controller.soft_watchdog, controller._request_dispatcher
+
+
+def in_dp_controller_process() -> bool:
+    """Whether this (child) process may be SGLang's data-parallel controller: the process that
+    runs it was started from its module, so the module is imported before plugins load. SGLang's
+    schedulers under a DP controller are started from that module too; a hook there is unused."""
+    import sys
+
+    return DP_CONTROLLER_MODULE in sys.modules
+
+
+def load_dp_controller_names() -> DPControllerNames:
+    """The names the plugin uses in the DP controller process, imported from the installed SGLang
+    (the HTTP server's process checked them all at startup, :data:`REQUIRED_NAMES`)."""
+    from sglang.srt.managers import data_parallel_controller as dpc
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.runtime_context import get_device
+
+    return DPControllerNames(
+        DataParallelController=dpc.DataParallelController,
+        HookRegistry=HookRegistry,
+        HookType=HookType,
+        zmq=dpc.zmq,
+        sock_recv=dpc.sock_recv,
+        sleep_on_idle=lambda: bool(get_device().sleep_on_idle),
+    )
+
+
+def load_names() -> SGLangNames:
+    """Import the SGLang names the plugin uses from the installed SGLang and check them."""
+    installed = _installed_version()
+    if installed != NOT_INSTALLED and not in_range(installed, LOWEST_VERSION, HIGHEST_VERSION):
+        check_version(installed, best_effort(probe))
+    report = probe()
+    if report.missing:
+        raise _missing(installed, report.missing)
+    try:
+        import sglang
+        from sglang.srt.entrypoints import http_server
+        from sglang.srt.managers import io_struct, load_snapshot
+        from sglang.srt.managers import tokenizer_manager as tm_module
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+        from sglang.srt.runtime_context import get_exec, get_parallel, get_serving
+        from sglang.srt.utils.auth import AuthLevel
+    except ImportError as exc:
+        raise StartupError(
+            f"engine_plugins: SGLang {_installed_version()} lacks a module the plugin needs ({exc}); "
+            f"the plugin supports SGLang {SUPPORTED_VERSION}"
+        ) from exc
+    try:
+        from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
+    except ImportError:
+        HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
+
+    def deterministic() -> bool:
+        return bool(get_exec().deterministic.enable_deterministic_inference)
+
+    try:
+        from sglang.srt.entrypoints import v1_loads
+
+        # Before 0.5.21 the helper takes the parallel sizes as arguments (docs/engine-notes.md).
+        takes_sizes = bool(inspect.signature(v1_loads._num_accelerators_per_dp_rank).parameters)
+
+        def loads_header() -> dict:
+            # As SGLang's own /v1/loads computes them (accelerator is None without one).
+            if takes_sizes:
+                p = v1_loads.get_parallel()
+                accelerators = v1_loads._num_accelerators_per_dp_rank(p.tp_size, p.pp_size, p.dp_size, p.enable_dp_attention)
+            else:
+                accelerators = v1_loads._num_accelerators_per_dp_rank()
+            return {"accelerator": v1_loads._accelerator_name(), "num_accelerators": accelerators}
+    except ImportError:
+        loads_header = dict
+
+    names = SGLangNames(
+        version=getattr(sglang, "__version__", "unknown"),
+        http_server=http_server,
+        TokenizerManager=tm_module.TokenizerManager,
+        ReqState=tm_module.ReqState,
+        LoadSnapshot=load_snapshot.LoadSnapshot,
+        GenerateReqInput=io_struct.GenerateReqInput,
+        UpdateWeightVersionReqInput=io_struct.UpdateWeightVersionReqInput,
+        PauseGenerationReqInput=io_struct.PauseGenerationReqInput,
+        ContinueGenerationReqInput=io_struct.ContinueGenerationReqInput,
+        HookRegistry=HookRegistry,
+        HookType=HookType,
+        serving=get_serving,
+        deterministic_inference=deterministic,
+        admin_optional=AuthLevel.ADMIN_OPTIONAL,
+        health_check_prefix=HEALTH_CHECK_RID_PREFIX,
+        loads_header=loads_header,
+        notes=notes(report),
+        BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
+        EndWeightUpdateReqInput=getattr(io_struct, "EndWeightUpdateReqInput", None),
+        parallel=get_parallel,
+    )
+    check_names(names)
+    return names
+
+
+def check_names(names: SGLangNames) -> None:
+    """Raise :class:`StartupError` naming the SGLang version when it lies outside the supported
+    range, and every name that is missing."""
+    check_version(names.version)
+    cls = names.TokenizerManager
+    missing = [f"TokenizerManager.{name}" for name in TOKENIZER_MANAGER_METHODS if not hasattr(cls, name)]
+    state_fields = _fields(names.ReqState)
+    missing += [f"ReqState.{name}" for name in REQ_STATE_FIELDS if name not in state_fields]
+    for class_name, wanted in REQUEST_FIELDS.items():
+        fields = _fields(getattr(names, class_name))
+        missing += [f"{class_name}.{name}" for name in wanted if name not in fields]
+    missing += [f"http_server.{name}" for name in HTTP_SERVER_NAMES if not hasattr(names.http_server, name)]
+    if not callable(getattr(names.LoadSnapshot, "to_dict", None)):
+        missing.append("LoadSnapshot.to_dict")
+    for name in ("register", "apply_hooks"):
+        if not callable(getattr(names.HookRegistry, name, None)):
+            missing.append(f"HookRegistry.{name}")
+    missing += [f"HookType.{kind}" for kind in ("AROUND", "AFTER") if not hasattr(names.HookType, kind)]
+    if missing:
+        raise _missing(names.version, missing)
+
+
+class SGLangEngine:
+    """One SGLang TokenizerManager, through the names the plugin uses.
+
+    Constructed when SGLang constructs the TokenizerManager (or on first use), it checks the
+    attributes a TokenizerManager sets on itself, which a class cannot show.
+    """
+
+    def __init__(self, names: SGLangNames, tm: Any) -> None:
+        missing = [f"TokenizerManager.{a}" for a in TOKENIZER_MANAGER_ATTRIBUTES if not hasattr(tm, a)]
+        if missing:
+            raise _missing(names.version, missing)
+        self.names = names
+        self.tm = tm
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def model_limits(self) -> ModelLimits:
+        """The model's vocabulary (its embedding's rows) and the context length SGLang serves."""
+        return ModelLimits(int(self.tm.model_config.vocab_size), int(self.tm.context_len))
+
+    def out_of_vocabulary(self, obj: Any) -> Optional[str]:
+        """Why a native ``GenerateReqInput``'s token ids cannot reach the model, or None.
+
+        SGLang passes ``input_ids`` to the embedding unchecked, and one id past the vocabulary
+        kills the scheduler (and every request on the server). ``input_ids`` is None for text
+        prompts, a list of ids, or a list of such lists for a batch.
+        """
+        ids = getattr(obj, "input_ids", None)
+        if not ids:
+            return None
+        top = self.model_limits().vocab_size - 1
+        prompts = ids if isinstance(ids[0], list) else [ids]
+        for p, prompt in enumerate(prompts):
+            for i, token in enumerate(prompt):
+                if not (isinstance(token, int) and 0 <= token <= top):
+                    where = f"input_ids[{p}][{i}]" if prompts is ids else f"input_ids[{i}]"
+                    return f"{where} = {token!r} is outside the model's vocabulary (token ids 0 to {top})"
+        return None
+
+    def generate(self, rid: str, input_ids: list[int], sampling_params: dict) -> AsyncIterator[dict]:
+        """SGLang's ``generate_request`` for token ids, streamed, with logprobs."""
+        obj = self.names.GenerateReqInput(
+            input_ids=list(input_ids), sampling_params=sampling_params, rid=rid, stream=True, return_logprob=True
+        )
+        return self.tm.generate_request(obj, None)
+
+    def incremental_streaming(self) -> bool:
+        """Whether stream chunks are deltas (``--incremental-streaming-output``)."""
+        return bool(self.tm.incremental_streaming_output)
+
+    def rids(self) -> list[str]:
+        """The rids whose state SGLang holds."""
+        return list(self.tm.rid_to_state)
+
+    def replace_request_states(self, make: Callable[[dict], dict]) -> None:
+        """Swap ``rid_to_state`` for ``make(rid_to_state)`` (a dict that reports changes)."""
+        self.tm.rid_to_state = make(self.tm.rid_to_state)
+
+    def abort(self, rid: str) -> None:
+        """SGLang's abort of *rid*, sent even if one was sent before: SGLang sends one abort per
+        request state, and one sent while the request was held reached a scheduler that did not
+        know it yet."""
+        state = self.tm.rid_to_state.get(rid)
+        if state is not None:
+            state.abort_sent = False
+        self.tm.abort_request(rid)
+
+    def weight_version(self) -> str:
+        """The version SGLang stamps on new tokens."""
+        return str(self.tm.config_value("weight_version"))
+
+    async def set_weight_version(self, version: str) -> None:
+        """SGLang's version update, without its abort of every request."""
+        await self.tm.update_weight_version(
+            self.names.UpdateWeightVersionReqInput(new_version=version, abort_all_requests=False)
+        )
+
+    async def rank_loads(self) -> list[dict]:
+        """SGLang's ``/v1/loads`` figures per DP rank, every field kept."""
+        return [load.to_dict(None) for load in await self.tm.get_loads()]
+
+    # --- pause ------------------------------------------------------------------------------
+
+    async def pause_generation(self, mode: str) -> None:
+        """SGLang's ``pause_generation`` in *mode* (``in_place`` or ``retract``)."""
+        await self.tm.pause_generation(self.names.PauseGenerationReqInput(mode=mode))
+
+    async def continue_generation(self) -> None:
+        """SGLang's ``continue_generation``: opens the pause gate and restarts the scheduler."""
+        await self.tm.continue_generation(self.names.ContinueGenerationReqInput())
+
+    def pause_gate_closed(self) -> bool:
+        """Whether new requests are held at the TokenizerManager's pause gate."""
+        return bool(self.tm.is_pause)
+
+    async def close_pause_gate(self) -> None:
+        """Hold new requests at the TokenizerManager's pause gate, leaving the scheduler running."""
+        async with self.tm.is_pause_cond:
+            self.tm.is_pause = True
+
+    def aborted_before_dispatch(self, obj: Any) -> dict:
+        """The answer SGLang gives for a request aborted in its waiting queue, for one the plugin
+        ended before it reached the scheduler: no tokens, ``finish_reason`` abort."""
+        meta_info: dict[str, Any] = {
+            "id": obj.rid,
+            "finish_reason": {"type": "abort", "message": "Aborted before it reached the scheduler"},
+            "weight_version": self.tm.config_value("weight_version"),
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "cached_tokens": 0,
+            "weight_versions": [],
+        }
+        if self.names.wants_logprobs(obj):
+            meta_info.update(input_token_logprobs=[], output_token_logprobs=[], output_token_logprobs_length=0)
+        return {"text": "", "output_ids": [], "meta_info": meta_info}
+
+
+def _fields(cls: Any) -> set[str]:
+    """The field names of a dataclass or msgspec struct (SGLang uses both)."""
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return set(getattr(cls, "__struct_fields__", ()) or ())
+
+
+def _missing(version: str, missing: list[str]) -> StartupError:
+    return StartupError(
+        f"engine_plugins: SGLang {version} lacks what the plugin needs: {', '.join(missing)}; "
+        f"the plugin supports SGLang {SUPPORTED_VERSION}"
+    )
+
+
+def _installed_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("sglang")
+    except Exception:
+        return NOT_INSTALLED

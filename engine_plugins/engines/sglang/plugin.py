@@ -1,0 +1,193 @@
+"""The ``sglang.srt.plugins`` entry point ``engine_plugins``: the contract on SGLang's own server.
+
+SGLang's ``load_plugins()`` calls :func:`load` in the HTTP server's process before the app
+serves, and again in its scheduler, detokenizer and DP-controller processes; in the DP
+controller it lets the controller's loop sleep when idle (:mod:`.dp_controller`), elsewhere it
+does nothing. There it registers the TokenizerManager hooks (:mod:`.tracking`) and a check of the
+launch flags with SGLang's hook registry, which applies them once every plugin has loaded, and
+mounts the contract's routes on SGLang's app (:mod:`.routes`); the control is built per
+TokenizerManager, once SGLang has made one.
+
+SGLang logs and ignores an ``Exception`` from a plugin, so a misconfiguration is raised as
+``SystemExit``: the server stops at startup with the message.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import weakref
+from typing import Any, Optional
+
+from fastapi import APIRouter
+
+from engine_plugins.host.assembly import PluginStack, assemble
+from engine_plugins.host.config import ConfigError, describe
+from engine_plugins.core.control import RolloutControl
+from engine_plugins.core.delivery import install_outermost
+from engine_plugins.contract.errors import StartupError
+from engine_plugins.host.exposure import RedactSecrets, key_policy
+from engine_plugins.host.http_api import build_routes
+from engine_plugins.engines.sglang import native_routes, routes
+from engine_plugins.engines.sglang.dp_controller import register_idle_sleep
+from engine_plugins.engines.sglang.engine_names import (
+    SUPPORTED_VERSION,
+    SGLangNames,
+    in_dp_controller_process,
+    load_dp_controller_names,
+    load_names,
+)
+from engine_plugins.engines.sglang.routes import MountReport, mount
+from engine_plugins.engines.sglang.seam import SGLangSeam
+from engine_plugins.engines.sglang.tracking import RegisteredHooks, register_hooks, tracker_for
+from engine_plugins.engines.sglang.weight_updates import WeightUpdates, register_weight_update_hooks
+
+logger = logging.getLogger("engine_plugins.engines.sglang")
+
+_installed = False
+
+
+def load() -> None:
+    """Entry point called by SGLang's ``load_plugins()``; harmless in child processes and twice."""
+    if multiprocessing.parent_process() is not None:
+        # SGLang's scheduler, detokenizer, DP controller: no HTTP app to serve.
+        _load_in_child()
+        return
+    if _installed:
+        return
+    try:
+        install(load_names())
+    except (StartupError, ConfigError) as exc:
+        logger.error("%s", exc)
+        raise SystemExit(f"engine_plugins: {exc}") from exc
+
+
+_child_installed = False
+
+
+def _load_in_child() -> None:
+    """In SGLang's DP-controller process, register the hook that lets its loop sleep when idle.
+    A failure keeps SGLang's own loop (the HTTP process checked every name at startup)."""
+    global _child_installed
+    if _child_installed or not in_dp_controller_process():
+        return
+    _child_installed = True
+    try:
+        register_idle_sleep(load_dp_controller_names())
+    except (ImportError, AttributeError) as exc:
+        logger.warning("engine_plugins: SGLang's data-parallel controller keeps its own loop: %s", exc)
+
+
+def install(names: SGLangNames) -> None:
+    """Register the plugin's hooks with SGLang and mount the contract on its app (once per process).
+
+    The hooks take effect when SGLang applies its hook registry, right after loading plugins.
+    """
+    global _installed
+    if _installed:
+        return
+    controls: "weakref.WeakKeyDictionary[Any, RolloutControl]" = weakref.WeakKeyDictionary()
+
+    def get_control() -> Optional[RolloutControl]:
+        tm = names.tokenizer_manager()
+        if tm is None:
+            return None
+        control = controls.get(tm)
+        if control is None:
+            seam = SGLangSeam(tracker_for(names, tm, stack.settings.scope_prefix_cache))
+            control = controls[tm] = RolloutControl(seam, stack.settings.abort_timeout_s)
+        return control
+
+    stack = assemble(get_control, names.api_keys)
+    hooks = register_hooks(names, stack.settings.scope_prefix_cache)
+    hooks.originals.update(register_weight_update_hooks(names, _weight_updates(names, stack)))
+
+    def check_launch(original: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
+        hooks.check_applied()
+        host, keys = SGLangNames.serving_address(server_args)
+        # SGLang logs its server args, keys included, when it starts the engine.
+        logging.getLogger(SGLangNames.SERVER_ARGS_LOGGER).addFilter(RedactSecrets(keys))
+        said = key_policy(host, [stack.settings.api_key, *keys], stack.settings.require_key)
+        if said is not None:
+            logger.log(*said)
+        _refuse_multi_tokenizer(server_args)
+        return original(server_args, *args, **kwargs)
+
+    names.hook_launch_server(check_launch)
+    report = mount(names.app, _with_native_routes(names, stack), stack.settings.replace_native_routes, names.mark_admin_optional)
+    # SGLang releases a request before its answer is written: an abort with wait answers after it.
+    install_outermost(names.app)
+    _installed = True
+    _log_startup(names, stack, report, hooks)
+
+
+def _weight_updates(names: SGLangNames, stack: PluginStack) -> WeightUpdates:
+    """The plugin's part in SGLang's weight updates, through the contract's hooks (so that the
+    plugins see its pause, bump and resume)."""
+
+    async def bump(version: str, request: Any) -> None:
+        await stack.hooks.call("update_weight_version", request, new_version=version, abort_all_requests=False)
+
+    async def pause(request: Any) -> None:
+        await stack.hooks.call("pause", request, mode="keep", timeout_s=stack.settings.abort_timeout_s, clear_cache=False)
+
+    async def resume(request: Any) -> None:
+        await stack.hooks.call("resume", request)
+
+    return WeightUpdates(names, bump, pause, resume, lambda: stack.hooks.control().is_paused().is_paused)
+
+
+def _with_native_routes(names: SGLangNames, stack: PluginStack) -> APIRouter:
+    """The contract's routes, SGLang's own control routes the plugin serves in their place, and
+    the aliases of routes older SGLang versions had, where this one lacks them."""
+    aliases = [r for r in native_routes.ALIAS_ROUTES if not routes.native_routes(names.app, r.method, r.path)]
+    native = build_routes(stack.hooks, stack.settings, [*native_routes.REPLACED_ROUTES, *aliases], names.api_keys)
+    router = APIRouter()
+    router.routes.extend([*stack.router.routes, *native.routes])
+    return router
+
+
+def _refuse_multi_tokenizer(server_args: Any) -> None:
+    """Stop SGLang's ``launch_server`` when ``--tokenizer-worker-num > 1``, before it starts anything.
+
+    Tokenizer workers re-import the app and never load plugins, so the contract's routes would
+    silently be missing there; and each worker would see only its own requests, so an abort-all
+    could not be a fence.
+    """
+    workers = SGLangNames.tokenizer_worker_num(server_args)
+    if workers > 1:
+        raise StartupError(
+            f"engine_plugins does not support --tokenizer-worker-num {workers}: SGLang's tokenizer "
+            "workers do not load plugins, so the contract's routes would be missing and an abort "
+            "could not reach every request. Use --tokenizer-worker-num 1, or disable the plugin "
+            "with SGLANG_PLUGINS set to the other plugins' names."
+        )
+
+
+def _log_startup(names: SGLangNames, stack: PluginStack, report: MountReport, hooks: RegisteredHooks) -> None:
+    """Log what was mounted. SGLang configures logging only later, so until then the lines go
+    through a handler of their own, at INFO."""
+    hooked = ", ".join([*hooks.targets(), "http_server.launch_server"])
+    lines = [
+        f"engine_plugins: SGLang {names.version}: contract mounted; settings {describe(stack.settings)}; "
+        f"shims: none (supported: SGLang {SUPPORTED_VERSION}){''.join('; ' + n for n in names.notes)}",
+        *report.lines(),
+        f"engine_plugins: hooks registered with SGLang's HookRegistry (applied once plugins have loaded): {hooked}",
+    ]
+    if logger.isEnabledFor(logging.INFO) and logging.getLogger().handlers:
+        for line in lines:
+            logger.info("%s", line)
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%Y-%m-%d %H:%M:%S"))
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        for line in lines:
+            logger.info("%s", line)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate

@@ -1,0 +1,318 @@
+"""Keeps the in-flight registry exact on SGLang's TokenizerManager, for requests on every route.
+
+A request is in flight from the moment SGLang creates its request state (before its pause gate
+and its tokenizer) until SGLang deletes that state (finished, aborted, or dropped before it
+reached the scheduler), whichever route made it: ``/generate``, ``/v1/completions``, the
+contract's. So the registry follows the TokenizerManager's request states themselves, through a
+dict that reports each state created and deleted (:class:`TrackedStates`).
+
+Hooks on the TokenizerManager, registered with SGLang's own hook registry (so that SGLang's log
+names this plugin), complete the fence (:func:`register_hooks`):
+
+- construction: the TokenizerManager is checked and its request states tracked, at startup;
+- the dispatch mark: the entry is marked dispatched, and an abort that came while the request
+  was held is sent again, since SGLang's first abort reached a scheduler that did not know it;
+- the request entry: while a request is held (at the pause gate, or tokenizing), an abort ends
+  it at once with the answer SGLang gives for a request aborted in its waiting queue; otherwise
+  an abort-all during a pause would return only after resume;
+- SGLang's own abort (``POST /abort_request``, ``abort_all`` too): the held requests it covers
+  are ended the same way, instead of running after resume;
+- SGLang's own pause in ``abort`` mode: requests reaching the gate meanwhile keep waiting for
+  ``continue_generation``, as SGLang means them to.
+
+The SGLang behaviour each step relies on is in ``docs/engine-notes.md`` ("SGLang").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional
+
+from engine_plugins.core.cache_scope import version_salt
+from engine_plugins.contract.errors import StartupError
+from engine_plugins.core.registry import InFlightRegistry
+from engine_plugins.engines.sglang.engine_names import SGLangEngine, SGLangNames
+
+
+class TrackedStates(dict):
+    """SGLang's ``rid_to_state``, telling the tracker when a state is created or deleted."""
+
+    def __init__(self, states: dict, tracker: "Tracker") -> None:
+        super().__init__()
+        self._tracker = tracker
+        self.update(states)
+
+    def __setitem__(self, rid: str, state: Any) -> None:
+        super().__setitem__(rid, state)
+        self._tracker.state_created(rid, state)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Add states (SGLang adds a request's states this way)."""
+        new = dict(*args, **kwargs)
+        super().update(new)
+        for rid, state in new.items():
+            self._tracker.state_created(rid, state)
+
+    def setdefault(self, rid: str, default: Any = None) -> Any:
+        """As ``dict.setdefault``, reporting a created state."""
+        if rid not in self:
+            self[rid] = default
+        return super().__getitem__(rid)
+
+    def __delitem__(self, rid: str) -> None:
+        super().__delitem__(rid)
+        self._tracker.state_deleted(rid)
+
+    def pop(self, rid: str, *default: Any) -> Any:
+        """As ``dict.pop``, reporting a deleted state."""
+        present = rid in self
+        value = super().pop(rid, *default)
+        if present:
+            self._tracker.state_deleted(rid)
+        return value
+
+    def popitem(self) -> tuple:
+        """As ``dict.popitem``, reporting the deleted state."""
+        rid, state = super().popitem()
+        self._tracker.state_deleted(rid)
+        return rid, state
+
+    def clear(self) -> None:
+        """As ``dict.clear``, reporting every deleted state."""
+        rids = list(self)
+        super().clear()
+        for rid in rids:
+            self._tracker.state_deleted(rid)
+
+
+class Tracker:
+    """The registry of one TokenizerManager, fed by its request states and the hooks."""
+
+    def __init__(self, sglang: SGLangEngine, scope_prefix_cache: bool = True) -> None:
+        self.sglang = sglang
+        self.registry = InFlightRegistry()
+        self.scope_prefix_cache = scope_prefix_cache
+        """Salt each request's prefix cache by the version it was admitted under (:mod:`..cache_scope`)."""
+        self._held_aborted = asyncio.Event()
+        self._abort_mode_pauses = 0
+        sglang.replace_request_states(lambda states: TrackedStates(states, self))
+        self.scheduler_pause: Optional[str] = None
+        """``in_place`` or ``retract`` while SGLang's scheduler is paused, else None: the one record
+        of it, kept by the hooks on the TokenizerManager's pause and continue, which every caller goes through."""
+
+    def state_created(self, rid: str, state: Any) -> None:
+        """SGLang accepted *rid* (health checks excepted: they are not requests)."""
+        if isinstance(rid, str) and not rid.startswith(self.sglang.names.health_check_prefix):
+            self.registry.add(rid, dispatched=self.sglang.names.state_dispatched(state))
+
+    def state_deleted(self, rid: str) -> None:
+        """SGLang freed *rid*'s state: the request is over.
+
+        SGLang does this in its output loop before it wakes the request's task, so the answer is
+        written well after; an abort with wait waits for that too (:mod:`..delivery`)."""
+        self.registry.release(rid)
+
+    def cache_salt(self, rid: str, extra_key: Optional[str]) -> Optional[str]:
+        """The ``extra_key`` that scopes *rid*'s prefix cache by the version it was admitted under,
+        combined with the caller's *extra_key*; None when scoping is off."""
+        if not self.scope_prefix_cache:
+            return None
+        entry = self.registry.get(rid)
+        if entry is None:  # every request has one by now (its state is made first); else the version in force
+            return version_salt(extra_key, self.registry.generation, self.registry.version, self.registry.weight_loads)
+        return version_salt(extra_key, entry.admitted, entry.admitted_version, entry.admitted_loads)
+
+    def dispatched(self, rid: str) -> None:
+        """*rid* reached the scheduler; an abort that came while it was held follows it there."""
+        entry = self.registry.get(rid)
+        if entry is None:
+            return
+        entry.dispatched = True
+        if entry.aborted:
+            self.sglang.abort(rid)
+
+    def native_abort(self, rid: str, abort_all: bool) -> None:
+        """SGLang's own abort reaches held requests too: those it covers, by SGLang's prefix rule,
+        are marked aborted and ended now. Not during SGLang's own abort-mode pause (see the module)."""
+        if self._abort_mode_pauses or (not abort_all and not rid):
+            return
+        held = [e for e in self.registry.select(None) if not e.dispatched and (abort_all or e.rid.startswith(rid))]
+        for entry in held:
+            entry.aborted = True
+        if held:
+            self.wake_held()
+
+    async def native_pause(self, pause: Any, obj: Any) -> Any:
+        """Run SGLang's own ``pause_generation`` (the awaitable *pause*), noting an abort-mode one,
+        and the scheduler's pause once it is in force (whoever called it: the plugin, SGLang's
+        route, or code in the server's process)."""
+        mode = self.sglang.names.pause_mode(obj)
+        abort_mode = mode == "abort"
+        self._abort_mode_pauses += abort_mode
+        try:
+            result = await pause
+        finally:
+            self._abort_mode_pauses -= abort_mode
+        if mode in ("in_place", "retract"):
+            self.scheduler_pause = mode
+        return result
+
+    async def native_continue(self, continue_: Any) -> Any:
+        """Run SGLang's own ``continue_generation`` (the awaitable *continue_*): the scheduler
+        runs again and the pause gate is open."""
+        result = await continue_
+        self.scheduler_pause = None
+        return result
+
+    def wake_held(self) -> None:
+        """Tell the requests held before the scheduler that some of them were aborted."""
+        self._held_aborted.set()
+        self._held_aborted = asyncio.Event()
+
+    async def track(self, inner: AsyncIterator[dict], obj: Any) -> AsyncIterator[dict]:
+        """Run SGLang's ``generate_request`` generator, ending it at once if aborted while held."""
+        try:
+            out = await self._first_step(inner, obj)
+        except StopAsyncIteration:
+            return
+        if out is None:
+            yield self.sglang.aborted_before_dispatch(obj)
+            return
+        try:
+            while True:
+                yield out
+                try:
+                    out = await inner.__anext__()
+                except StopAsyncIteration:
+                    return
+        finally:
+            # A caller that stops early (a cancelled partial generation) closes SGLang's
+            # generator too, whose failure path aborts the request in the scheduler.
+            await inner.aclose()
+
+    async def _first_step(self, inner: AsyncIterator[dict], obj: Any) -> Optional[dict]:
+        """The first output, or None when the request was aborted before it was dispatched."""
+        step = asyncio.ensure_future(inner.__anext__())
+        try:
+            while not step.done():
+                signal = asyncio.ensure_future(self._held_aborted.wait())
+                await asyncio.wait({step, signal}, return_when=asyncio.FIRST_COMPLETED)
+                signal.cancel()
+                if step.done():
+                    break
+                # Read here, not before the first step: a request sent without a rid gets one
+                # when SGLang normalises it, inside that step.
+                rid = self.sglang.names.request_rid(obj)
+                # Batch requests (a list of rids) are not ended early: their held members are
+                # aborted when they are dispatched (see ``dispatched``).
+                entry = self.registry.get(rid) if isinstance(rid, str) else None
+                if entry is not None and entry.aborted and not entry.dispatched:
+                    # Cancelled at the gate or in the tokenizer: SGLang drops the undispatched state.
+                    step.cancel()
+                    try:
+                        return await step
+                    except asyncio.CancelledError:
+                        if asyncio.current_task().cancelling():
+                            raise
+                        return None
+                if entry is not None and entry.dispatched:
+                    break  # from here on an abort goes through the scheduler
+            return await step
+        except asyncio.CancelledError:
+            step.cancel()
+            raise
+
+
+_trackers: "weakref.WeakKeyDictionary[Any, Tracker]" = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class RegisteredHooks:
+    """The TokenizerManager hooks :func:`register_hooks` gave SGLang's registry."""
+
+    names: SGLangNames
+    originals: dict[str, Any]
+    """Each hooked method as it was before SGLang applied the hook."""
+
+    def targets(self) -> list[str]:
+        """``TokenizerManager.<method>`` for each hook, for the startup log."""
+        return [f"TokenizerManager.{method}" for method in self.originals]
+
+    def check_applied(self) -> None:
+        """Raise :class:`StartupError` unless SGLang has applied every hook: it only logs one it
+        could not apply, and without them the registry would silently miss requests."""
+        missing = [m for m, original in self.originals.items() if self.names.tokenizer_manager_method(m) is original]
+        if missing:
+            raise StartupError(
+                f"engine_plugins: SGLang {self.names.version} did not apply the plugin's hooks on "
+                f"{', '.join('TokenizerManager.' + m for m in missing)} (SGLang logs why, at ERROR)"
+            )
+
+
+def tracker_for(names: SGLangNames, tm: Any, scope_prefix_cache: bool = True) -> Tracker:
+    """The tracker of the TokenizerManager *tm*, made on first use: *tm* is checked
+    (:class:`~.engine_names.SGLangEngine`) and its request states tracked from then on."""
+    tracker = _trackers.get(tm)
+    if tracker is None:
+        tracker = _trackers[tm] = Tracker(SGLangEngine(names, tm), scope_prefix_cache)
+    return tracker
+
+
+async def _refuse(message: str) -> AsyncIterator[dict]:
+    """A generator that refuses the request on its first step, as SGLang's own checks do."""
+    raise ValueError(message)
+    yield {}  # pragma: no cover - makes this an async generator
+
+
+def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True) -> RegisteredHooks:
+    """Register the TokenizerManager hooks with SGLang's hook registry, which applies them once
+    every plugin has loaded (and only once per process). *scope_prefix_cache*: salt every
+    request's prefix cache by the version it was admitted under."""
+
+    def after_init(result: Any, tm: Any, *args: Any, **kwargs: Any) -> None:
+        tracker_for(names, tm, scope_prefix_cache)
+
+    def create_tokenized_object(original: Any, tm: Any, *args: Any, **kwargs: Any) -> Any:
+        # Every route's requests pass here, one (sub-)request at a time, just before dispatch:
+        # the last point where the tokenized request's extra_key still reaches the radix cache.
+        tokenized = original(tm, *args, **kwargs)
+        names.scope_prefix_cache(tokenized, tracker_for(names, tm).cache_salt)
+        return tokenized
+
+    def generate_request(original: Any, tm: Any, obj: Any, request: Any = None) -> AsyncIterator[dict]:
+        tracker = tracker_for(names, tm)
+        problem = tracker.sglang.out_of_vocabulary(obj)
+        if problem is not None:
+            # SGLang's routes answer a ValueError from the generator as a 400 with its message.
+            return _refuse(problem)
+        return tracker.track(original(tm, obj, request), obj)
+
+    def mark_state_dispatched(original: Any, tm: Any, rid: str) -> None:
+        original(tm, rid)
+        tracker_for(names, tm).dispatched(rid)
+
+    def abort_request(original: Any, tm: Any, rid: str = "", abort_all: bool = False) -> Any:
+        tracker_for(names, tm).native_abort(rid, abort_all)
+        return original(tm, rid, abort_all)
+
+    def pause_generation(original: Any, tm: Any, obj: Any) -> Any:
+        return tracker_for(names, tm).native_pause(original(tm, obj), obj)
+
+    def continue_generation(original: Any, tm: Any, obj: Any) -> Any:
+        return tracker_for(names, tm).native_continue(original(tm, obj))
+
+    hooks = {
+        "__init__": (after_init, "AFTER"),
+        "generate_request": (generate_request, "AROUND"),
+        "_create_tokenized_object": (create_tokenized_object, "AROUND"),
+        "_mark_state_dispatched": (mark_state_dispatched, "AROUND"),
+        "abort_request": (abort_request, "AROUND"),
+        "pause_generation": (pause_generation, "AROUND"),
+        "continue_generation": (continue_generation, "AROUND"),
+    }
+    originals = {method: names.tokenizer_manager_method(method) for method in hooks}
+    for method, (hook, kind) in hooks.items():
+        names.hook_tokenizer_manager(method, hook, kind)
+    return RegisteredHooks(names, originals)

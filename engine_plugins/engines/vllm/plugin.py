@@ -1,0 +1,163 @@
+"""vLLM's two entry points for this package, both named ``engine_plugins``.
+
+- ``vllm.endpoint_plugins`` -> :func:`endpoint_plugin`: mounts the contract's routes on vLLM's
+  OpenAI server and builds the control on the ``AsyncLLM`` (vLLM's endpoint-plugin protocol:
+  ``attach_router`` while the app is built, ``init_state`` once the engine client exists).
+- ``vllm.general_plugins`` -> :func:`general_plugin`: runs in every vLLM process and gives the
+  engine core a utility method with its scheduler's exact running/waiting counts.
+
+``VLLM_PLUGINS`` is an allowlist for every vLLM plugin group at once: it must name
+``engine_plugins`` (endpoint plugins load only when named) and every other plugin to keep.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from argparse import Namespace
+from typing import Any, Callable, Optional
+
+from fastapi import APIRouter
+
+from engine_plugins.host.assembly import PluginStack, assemble
+from engine_plugins.host.config import Settings, describe
+from engine_plugins.core.control import RolloutControl
+from engine_plugins.core.delivery import install_outermost
+from engine_plugins.contract.errors import StartupError
+from engine_plugins.host.exposure import key_policy
+from engine_plugins.host.http_api import build_routes
+from engine_plugins.fanout.peers import Peers, hand_out, handed
+from engine_plugins.fanout.process_header import ApiServerHeader, ApiServerIdentity
+from engine_plugins.fanout.spread import ServerControl
+from engine_plugins.engines.vllm import engine_names, native_routes
+from engine_plugins.engines.vllm.engine_names import VllmEngine, VllmNames
+from engine_plugins.engines.vllm.routes import mount
+from engine_plugins.engines.vllm.seam import VllmSeam
+from engine_plugins.engines.vllm.tracking import Tracker
+from engine_plugins.engines.vllm.weight_routes import GuardWeightRoutes
+
+# Under "vllm." so that vLLM's own log handler (configured for the "vllm" logger) prints it.
+logger = logging.getLogger("vllm." + __name__)
+
+NAME = "engine_plugins"
+
+
+class VllmEndpointPlugin:
+    """The contract on vLLM's API server: ``attach_router`` in ``build_app``, ``init_state`` after."""
+
+    name = NAME
+    # Only servers that generate: the render-only server and pooling models have nothing to control.
+    required_tasks = ("generate",)
+
+    def __init__(self, load_names: Callable[[], VllmNames] = engine_names.load_names, settings: Optional[Settings] = None) -> None:
+        self._load_names = load_names
+        self._settings = settings
+        self._stack: Optional[PluginStack] = None
+        self._control: Optional[RolloutControl] = None
+        self._keys: list[str] = []
+        self._api_server = ApiServerIdentity()
+
+    def attach_router(self, app: Any) -> None:
+        """Mount the contract's routes; vLLM then replaces its routes with the same path and method.
+
+        Reads ``ENGINE_PLUGINS_*`` here, not in the factory, because vLLM logs and skips a
+        factory that raises, while an error here stops the server.
+        """
+        self._stack = assemble(lambda: self._control, lambda: self._keys, self._settings, native_routes.ANSWER_FIELDS)
+        present = {(m, getattr(r, "path", "")) for r in app.routes for m in (getattr(r, "methods", None) or ())}
+        aliases = [r for r in native_routes.ALIAS_ROUTES if (r.method, r.path) not in present]
+        router = self._stack.router
+        if aliases:
+            router = APIRouter()
+            alias_router = build_routes(self._stack.hooks, self._stack.settings, aliases, lambda: self._keys)
+            router.routes.extend([*self._stack.router.routes, *alias_router.routes])
+        report = mount(app, router, self._stack.settings.replace_native_routes)
+        app.add_middleware(ApiServerHeader, identity=self._api_server)
+        # The weight and memory routes vLLM's own key middleware leaves open: the contract's key rule.
+        app.add_middleware(GuardWeightRoutes, keys=lambda: self._keys or [self._stack.settings.api_key or ""])
+        # An abort with wait answers after the answers of the requests it covered are written.
+        install_outermost(app)
+        for line in report.lines():
+            logger.info("%s", line)
+        for line in report.warnings():
+            logger.warning("%s", line)
+
+    async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:
+        """Check the engine and the flags, then build the control over this ``AsyncLLM``
+        (with several API server processes, one over all of them)."""
+        self._keys = engine_names.engine_api_keys(args)
+        assert self._stack is not None, "vLLM calls attach_router before init_state"
+        said = key_policy(getattr(args, "host", None), [self._stack.settings.api_key, *self._keys],
+                          self._stack.settings.require_key)
+        if said is not None:
+            logger.log(*said)
+        if engine_client is None:
+            logger.warning("engine_plugins: no engine on this server (render only); the contract answers 503")
+            return
+        names = self._load_names()
+        vllm = VllmEngine(names, engine_client)
+        try:
+            await vllm.request_counts()
+        except Exception as exc:
+            raise StartupError(
+                f"engine_plugins: vLLM {names.version}: the engine core has no '{engine_names.REQUEST_COUNTS_UTILITY}' "
+                "utility, so the vllm.general_plugins entry point 'engine_plugins' did not run in the engine "
+                f"process; check that VLLM_PLUGINS names engine_plugins ({type(exc).__name__}: {exc})"
+            ) from exc
+        stack = self._stack
+
+        async def bump(version: str) -> None:
+            # A version set by vLLM's own route (/finish_weight_update): the contract's bump, on
+            # every API process, seen by the plugins.
+            await stack.hooks.call("update_weight_version", None, new_version=version, abort_all_requests=False)
+
+        tracker = Tracker(vllm, await vllm.get_weight_version(), stack.settings.scope_prefix_cache, bump)
+        tracker.install()
+        control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
+        api_servers = engine_names.api_server_count(args)
+        if api_servers > 1:
+            # Each API process has its own front end: calls that cover the whole server are
+            # passed to the other processes (the processes of one server share its parent).
+            index = vllm.api_server_index()
+            link = handed(os.getppid())
+            if link is None:
+                raise StartupError(
+                    f"engine_plugins: API server {index} of {api_servers} found no link to the other API processes: "
+                    "the process that started them did not run the vllm.general_plugins entry point 'engine_plugins' "
+                    "(start the server with `vllm serve` and VLLM_PLUGINS naming engine_plugins)"
+                )
+            peers = Peers(link, index, api_servers)
+            control = ServerControl(control, peers)
+            await control.serve_peers()
+            self._api_server.index, self._api_server.count = index, api_servers
+        self._control = control
+        shims = names.shims()
+        logger.info(
+            "engine_plugins: serving the RL control contract on vLLM %s (%s); shims: %s%s",
+            names.version, describe(self._stack.settings), "; ".join(shims) if shims else "none",
+            f"; API server {self._api_server.index} of {api_servers}" if api_servers > 1 else "",
+        )
+
+
+def endpoint_plugin() -> VllmEndpointPlugin:
+    """The ``vllm.endpoint_plugins`` factory: a plugin object for one API server process."""
+    return VllmEndpointPlugin()
+
+
+def general_plugin() -> None:
+    """The ``vllm.general_plugins`` entry: give ``EngineCore`` the exact-counts utility.
+
+    vLLM runs general plugins in every process (API server, engine core, workers), possibly more
+    than once; installing is idempotent and matters only in the engine-core process, where
+    ``GET /v1/loads`` asks each scheduler for its running and waiting counts. It also hands out
+    the link between the API processes (:func:`~engine_plugins.fanout.peers.hand_out`), which only
+    the children of ``vllm serve``'s own process read.
+    """
+    # In `vllm serve`'s own process this runs before it starts the API processes (vLLM loads
+    # general plugins while it parses the command line), which inherit the link made here.
+    hand_out()
+    try:
+        engine_names.install_in_engine_core()
+    except ImportError as exc:
+        # The endpoint plugin's startup probe turns this into a clear error in the API server.
+        logger.warning("engine_plugins: cannot install its engine-core utilities: %s", exc)
