@@ -46,7 +46,7 @@ test-fast: setup
 # An asynchronous RL loop on a real engine with the plugin (examples/): ENGINE=vllm (default) or
 # ENGINE=sglang; DEMO_ARGS e.g. "--steps 12 --swap-mode abort". Its plot needs matplotlib.
 demo: $(VENV)/.bench-installed
-	$(VENV)/bin/python examples/rl_demo.py --engine $(ENGINE) $(DEMO_ARGS)
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/python examples/rl_demo.py --engine $(ENGINE) $(DEMO_ARGS)
 
 # Every figure of the benchmark (or BENCH_FIGURES), BENCH_ROUNDS rounds each: writes
 # benchmarks/results/ (README.md with the tables, the raw JSON, PNG plots). Set BENCH_LOCK to a

@@ -1,6 +1,6 @@
 """Measures how a real engine under load shares this machine's cores with the client driving it.
 
-    .venv/bin/python scripts/cpu_contention.py --engine vllm [--profile NAME] [--rounds 3] [--requests 32]
+    .venv/bin/python -m scripts.cpu_contention --engine vllm [--profile NAME] [--rounds 3] [--requests 32]
 
 For each round: opens the connections, sends N ``/partial_generate`` requests, polls ``/v1/loads``
 until all N run, keeps polling for a few seconds, then aborts all with wait. It reports the time
