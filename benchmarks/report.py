@@ -174,43 +174,54 @@ def markdown(command: Optional[str] = None) -> str:
              f"Machine: {_cpu()}, {_cores()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}."]
     if command:
         parts.append(f"Command: `{command}`.")
+    for section in sections().values():
+        parts += ["", section]
+    return "\n".join(parts) + "\n"
+
+
+def sections() -> dict[str, str]:
+    """The tables of each figure that has results, under its heading, by name (``real_sglang``,
+    ``real_vllm``, ``stub_scaling``, ``fleets``, ``vllm_api_servers``, ``prefix_cache``,
+    ``step_boundary``): the results' README and the docs' benchmarks page both show these."""
+    out: dict[str, list[str]] = {}
     for engine in ENGINES:
         data = read_json(f"real_{engine}")
         if data:
-            parts += ["", f"## {engine}: figures 1-4 ({data['rounds']} rounds)", ""]
+            parts = [f"## {engine}: figures 1-4 ({data['rounds']} rounds)", ""]
             if data.get("abort"):
                 parts += ["Figures 1 and 2, abort to idle and tokens salvaged:", "", abort_table(data), ""]
-            parts += [bump_and_overhead_table(data)]
+            out[f"real_{engine}"] = parts + [bump_and_overhead_table(data)]
     scaling = read_json("stub_scaling")
     if scaling:
-        parts += ["", f"## Figure 5: stub, one step every {scaling['step_s']} s, median / p95 (ms), {scaling['rounds']} rounds", "",
-                  stub_scaling.table(scaling)]
+        out["stub_scaling"] = [f"## Figure 5: stub, one step every {scaling['step_s']} s, median / p95 (ms), {scaling['rounds']} rounds", "",
+                               stub_scaling.table(scaling)]
     fleet = read_json("fleets")
     if fleet:
-        parts += ["", f"## Figure 6: fleets of stubs (one step every {fleet.get('step_s', 0.004)} s), {fleet['requests_per_server']} requests each, {fleet['rounds']} rounds", "", fleets.table(fleet)]
+        out["fleets"] = [f"## Figure 6: fleets of stubs (one step every {fleet.get('step_s', 0.004)} s), {fleet['requests_per_server']} requests each, {fleet['rounds']} rounds", "", fleets.table(fleet)]
     api = read_json("vllm_api_servers")
     if api:
         how = ", both servers up and the rounds alternating" if api.get("alternating") else ", one server after the other"
-        parts += ["", f"## Figure 7: vLLM with several API processes, {api['requests']} requests, {len(api['runs'][0]['rounds'])} rounds{how}",
-                  "", api_servers_table(api["runs"])]
+        out["vllm_api_servers"] = [f"## Figure 7: vLLM with several API processes, {api['requests']} requests, {len(api['runs'][0]['rounds'])} rounds{how}",
+                                   "", api_servers_table(api["runs"])]
     prefix = read_json("prefix_cache")
     if prefix:
-        parts += ["", f"## Figure 8: the prefix cache scoped by weight version and not, {prefix[0]['rounds']} rounds alternating "
-                  f"(a round: a bump, {prefix[0]['groups']} prompts of {prefix[0]['prompt_tokens']} tokens sharing "
-                  f"{prefix[0]['system_tokens']}, {prefix[0]['samples']} samples each, then the last round's prompt again)",
-                  "", prefix_cache.table(prefix)]
+        out["prefix_cache"] = [f"## Figure 8: the prefix cache scoped by weight version and not, {prefix[0]['rounds']} rounds alternating "
+                               f"(a round: a bump, {prefix[0]['groups']} prompts of {prefix[0]['prompt_tokens']} tokens sharing "
+                               f"{prefix[0]['system_tokens']}, {prefix[0]['samples']} samples each, then the last round's prompt again)",
+                               "", prefix_cache.table(prefix)]
     boundary = read_json("step_boundary")
     if boundary:
         first = boundary[0]
-        parts += ["", f"## Figure 9: the step boundary, framework by framework ({first['rounds']} steps per row, rows "
-                  f"interleaved per step; a step: {first['batch']} + {first['oversample']} requests, max_new_tokens lognormal "
-                  f"around {first['max_new_tokens']['median']} capped at {first['max_new_tokens']['cap']}, the boundary once "
-                  f"{first['batch']} have finished)"]
+        parts = [f"## Figure 9: the step boundary, framework by framework ({first['rounds']} steps per row, rows "
+                 f"interleaved per step; a step: {first['batch']} + {first['oversample']} requests, max_new_tokens lognormal "
+                 f"around {first['max_new_tokens']['median']} capped at {first['max_new_tokens']['cap']}, the boundary once "
+                 f"{first['batch']} have finished)"]
         for figure in boundary:
             parts += ["", f"### {figure['engine']} ({figure['seconds']:.0f} s with the servers' start)", "",
                       step_boundary.table(figure), "", "What failed first, per row and kind:", "",
                       *(step_boundary.first_failures(figure) or ["- nothing"])]
-    return "\n".join(parts) + "\n"
+        out["step_boundary"] = parts
+    return {name: "\n".join(parts) for name, parts in out.items()}
 
 
 def _cpu() -> str:

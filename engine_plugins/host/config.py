@@ -67,7 +67,7 @@ def _optional_text(name: str, raw: str) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Settings:
-    """The effective configuration. Field docs are the README's configuration table."""
+    """The effective configuration. What each variable does, for users: :data:`MEANINGS`."""
 
     route_prefix: str = ""
     """ENGINE_PLUGINS_ROUTE_PREFIX: path prefix for every contract route (default empty)."""
@@ -113,6 +113,23 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
 assert set(_PARSERS) == {f.name for f in fields(Settings)}
 
 ENV_VARS: tuple[str, ...] = tuple(var for var, _ in _PARSERS.values())
+
+# Each variable's row in the docs' configuration table (docs/configuration.md, written from this
+# and the defaults of Settings by `python -m tools.docs_tables`), in the users' words.
+MEANINGS: dict[str, str] = {
+    "ENGINE_PLUGINS_ROUTE_PREFIX": "path prefix of every contract route, e.g. `/rl`",
+    "ENGINE_PLUGINS_API_KEY": "bearer key of the contract routes on an engine started without a key of its own (an engine key takes precedence)",
+    "ENGINE_PLUGINS_ABORT_TIMEOUT_S": "default `timeout_s` of an abort with `wait`, and how long `/pause?mode=abort` and `?mode=wait` wait",
+    "ENGINE_PLUGINS_ABORT_ON_WEIGHT_VERSION": "default `abort_all_requests` of `/update_weight_version`",
+    "ENGINE_PLUGINS_PLUGINS": "comma-separated allowlist of third-party plugins (entry-point names in the group `engine_plugins`); unset, all of them load",
+    "ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES": "replace an engine route with the same path and method (`/v1/loads`, `/update_weight_version`, vLLM's dev-mode routes)",
+    "ENGINE_PLUGINS_TRACE": "log every hook call: which plugin was called, whether it answered or deferred, and how long it took",
+    "ENGINE_PLUGINS_MAX_BODY_BYTES": "the largest request body a contract route reads; a larger one is a 413 naming the limit (`/abort_requests` also takes at most 100,000 `request_ids`)",
+    "ENGINE_PLUGINS_REQUIRE_KEY": "refuse to start without an API key (the engine's or `ENGINE_PLUGINS_API_KEY`); by default a keyless server serves and says so in its startup log",
+    "ENGINE_PLUGINS_ABORT_SETTLE_S": "how long an abort sent without `wait` (`/abort_requests` without the field, as vLLM's callers send it; SGLang's own `/abort_request`) waits for the requests it covered to be released before it answers",
+    "ENGINE_PLUGINS_SCOPE_PREFIX_CACHE": "salt every request's prefix cache with the weight version it was admitted under, so that no request reuses KV computed before a bump",
+}
+assert set(MEANINGS) == set(ENV_VARS)
 
 # Read by the set-up scripts and test tooling, not by the plugins; known here so that setting
 # them is not mistaken for a typo.

@@ -20,7 +20,7 @@ WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 
 @dataclass(frozen=True)
 class Instruments:
-    """Every metric of the plugin (names in the README's metrics section)."""
+    """Every metric of the plugin (what each means, for users: :data:`DESCRIPTIONS`)."""
 
     requests_aborted: Any
     """Counter, labels ``route``, ``reason``: requests actually aborted by an abort."""
@@ -49,6 +49,30 @@ class Instruments:
     multiprocess: bool
     """prometheus_client runs in multiprocess mode (SGLang): no callbacks, no label removal."""
 
+
+# Each metric's row in the docs' metrics table (docs/metrics.md, written from this and the metrics
+# themselves by `python -m tools.docs_tables`), by Instruments field, in the order the table shows.
+DESCRIPTIONS: dict[str, str] = {
+    "requests_aborted": "requests actually aborted through the `abort` hook; `route` is the path of the contract route that "
+    "led to the abort, `reason` the hook's. Stale aborts are `reason=\"stale\"`: on `route=\"/abort_requests\"` a client's "
+    "abort by age, on `route=\"/update_weight_version\"` the partial generations a bump fenced for their `max_staleness`",
+    "abort_wait_seconds": "how long aborts with `wait` waited (until the covered requests were released, or the time-out)",
+    "partial_generations_cancelled": "partial generations that returned `cancelled: true`: aborted or paused mid-way, or "
+    "refused while paused in `abort` mode",
+    "salvaged_tokens": "the tokens (each with its logprob) those returned",
+    "weight_version_updates": "version bumps",
+    "weight_version": "1 for the weight version in force",
+    "weight_swap_open": "1 while a weight swap is open (begun, not committed)",
+    "weight_swap_lease_expires": "when the open swap's lease runs out (Unix time; 0 without one). An alert on "
+    "`time() > engine_plugins_weight_swap_lease_expires_timestamp_seconds > 0` finds a server whose trainer died mid-swap",
+    "requests_in_flight": "requests accepted and not released, on every route",
+    "requests_held": "of those, the ones held before the scheduler (tokenizing, at a pause gate)",
+    "prefix_cache_queries": "prompt tokens of partial generations whose prefix-cache hits the engine reported",
+    "prefix_cache_hits": "of those, the tokens the engine served from its prefix cache (its own count): with the cache "
+    "scoped by version, hits within a version show it still works. The engines' own routes: `vllm:prefix_cache_hits`, "
+    "SGLang's `meta_info.cached_tokens`",
+}
+assert set(DESCRIPTIONS) == {f for f in Instruments.__dataclass_fields__ if f != "multiprocess"}
 
 _instruments: Optional[Instruments] = None
 
