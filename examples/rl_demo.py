@@ -92,7 +92,7 @@ def live_view(state: LoopState) -> Group:
 
 
 def step_table(steps: list[StepReport], config: LoopConfig) -> Table:
-    """One row per step: what the table of the demo and of the README show."""
+    """One row per step: what the table of the demo and docs/demo.md show."""
     table = Table(title=f"{config.steps} steps, batch {config.batch} + {config.oversample} in flight, swap mode {config.swap_mode}")
     for name in ("step", "finished", "kept (their tokens)", "aborted, salvaged", "lost", "trainer ms", "swap ms",
                  "the batch's tokens by version", "probe", "cached"):

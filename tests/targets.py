@@ -38,7 +38,7 @@ class Target:
     """``max_new_tokens`` long enough that a request cannot finish while a test arranges things."""
     log_tail: Callable[[], str] = lambda: ""
     honours_seed: bool = True
-    """False where the engine cannot honour ``seed`` and the plugin refuses it (README: exceptions)."""
+    """False where the engine cannot honour ``seed`` and the plugin refuses it (docs/contract.md: the deliberate differences)."""
     real: bool = False
     """A real engine (slow on two cores: the soaks and fuzzers do fewer rounds)."""
     signal: Optional[Callable[[int], None]] = None

@@ -1,4 +1,4 @@
-"""The CLI's exit codes (the README documents them)."""
+"""The CLI's exit codes (docs/client.md documents them)."""
 
 OK = 0
 """Every server succeeded (doctor: no problem found; demo: it ran to the end)."""

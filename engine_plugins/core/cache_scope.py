@@ -9,7 +9,7 @@ caller sent, so that the caller's salt keeps its meaning. Requests of one versio
 request admitted after a bump never hits a block computed before it; the old version's blocks
 age out through the engine's own eviction, and no flush is needed.
 
-``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE=0`` turns it off (README, "Prefix cache").
+``ENGINE_PLUGINS_SCOPE_PREFIX_CACHE=0`` turns it off (docs/contract.md, "Prefix cache scoped by weight version").
 """
 
 from __future__ import annotations

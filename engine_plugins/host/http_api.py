@@ -72,7 +72,7 @@ async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -
     if len(raw) > THREADED_PARSE_BYTES:
         # A 16 MiB body takes the JSON decoder and pydantic most of a second. Off the event loop
         # the other requests' I/O runs between the two steps; each step still holds the GIL
-        # while it runs (README, "Bounds").
+        # while it runs (docs/contract.md, "Bounds").
         return await asyncio.to_thread(_parse, raw, model)
     return _parse(raw, model)
 

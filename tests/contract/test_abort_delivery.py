@@ -1,5 +1,5 @@
 """An abort with wait, and a pause in ``abort`` mode, answer only once every client they covered
-holds its whole answer (README, "Reliability"): a framework reads its rollouts the moment the
+holds its whole answer (docs/reliability.md): a framework reads its rollouts the moment the
 abort returns.
 
 N clients are in flight on a route (the contract's ``/partial_generate``, or the engine's own

@@ -7,7 +7,7 @@ Each case starts its own server (the session's targets have one configuration: t
 
 - SGLang: its middleware runs before any route and applies its admin-optional rule, so with a
   key of its own SGLang decides (the admin key if set, else the API key) and P is refused; P
-  alone opens the routes when SGLang has no key (README: "On SGLang").
+  alone opens the routes when SGLang has no key (docs/sglang.md).
 - vLLM: its middleware guards only paths under ``/v1`` and friends (``/v1/loads`` among the
   contract's); the plugin checks every contract route itself, with the same rule: vLLM's keys
   when it has any, else P.

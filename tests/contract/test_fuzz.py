@@ -411,7 +411,7 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
 def past_a_bound(content: Optional[bytes]) -> Optional[str]:
     """A value in the JSON *content* past a bound of the contract, said in words, or None.
 
-    Written from the README's bounds, not from the request models, so that a model that lost a
+    Written from the documented bounds (docs/contract.md), not from the request models, so that a model that lost a
     bound fails the fuzz: no integer field takes one outside -1 .. 2**31 - 1, no string field
     one over 256 characters, ``timeout_s`` stops at 3600 and ``temperature`` at 2.
     """

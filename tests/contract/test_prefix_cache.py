@@ -1,4 +1,4 @@
-"""The prefix cache is scoped by weight version (README, "Prefix cache"): after a bump no request
+"""The prefix cache is scoped by weight version (docs/contract.md, "Prefix cache scoped by weight version"): after a bump no request
 reuses KV computed before it, while requests of one version still share their prefix, on the
 contract's route and on each engine's own generation route, with the caller's salt keeping its
 meaning. Every count is the engine's own: ``cached_tokens`` of ``/partial_generate`` (SGLang's

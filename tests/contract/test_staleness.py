@@ -1,5 +1,5 @@
 """Fencing stale rollouts: aborts by admission version, partial generations that abort themselves
-once too stale, and loads by version. Versions are ordered by the server's bumps (README)."""
+once too stale, and loads by version. Versions are ordered by the server's bumps (docs/contract.md)."""
 
 import asyncio
 import uuid

@@ -40,7 +40,7 @@ async def test_verls_abort_all_with_an_empty_rid_aborts_everything_and_settles(t
 async def test_verls_abort_of_one_rid_aborts_only_that_request(target):
     async with client(target) as http, Api(target) as api:
         # Not "req-1" and "req-10": SGLang's scheduler aborts every rid that starts with the one
-        # sent (README, limits), which the plugin cannot change for native rids.
+        # sent (docs/sglang.md, Limits), which the plugin cannot change for native rids.
         mine = sglang_generate(http, target.long_tokens, rid="verl-req-a")
         other = sglang_generate(http, target.long_tokens, rid="verl-req-b")
         await api.wait_in_flight(2, running=True)

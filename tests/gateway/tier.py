@@ -128,7 +128,7 @@ async def check_fanouts(smg: Smg, workers: list[Target]) -> None:
         # Pause, then resume: each engine's own /is_paused says so.
         paused = await smg.fanout("POST", "pause", {"mode": "keep"})
         for url, outcome in paused.items():
-            # vLLM's answer also keeps vLLM's own "status" (README: On vLLM).
+            # vLLM's answer also keeps vLLM's own "status" (docs/vllm.md).
             assert {k: outcome["body"][k] for k in ("is_paused", "mode")} == {"is_paused": True, "mode": "keep"}, outcome
             assert (await apis[url].ok("GET", "/is_paused")) == {"is_paused": True, "mode": "keep"}
         resumed = await smg.fanout("POST", "resume", {})

@@ -1,4 +1,4 @@
-"""The hookspecs: firstresult, given the control and the request, documented, each served by a route, each in the README."""
+"""The hookspecs: firstresult, given the control and the request, documented, each served by a route, each in the manual."""
 
 import inspect
 

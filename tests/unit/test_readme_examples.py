@@ -1,4 +1,4 @@
-"""The README's plugin examples, taken from its text and run as plugins on the stub engine."""
+"""The manual's plugin examples (docs/plugins.md), taken from its text and run as plugins on the stub engine."""
 
 import asyncio
 import re
@@ -14,7 +14,7 @@ EXAMPLE = re.compile(r"<!-- example: (\w+) -->\n```python\n(.*?)```", re.DOTALL)
 
 @pytest.fixture(scope="module")
 def examples(readme) -> dict[str, types.ModuleType]:
-    """Each example block of the README as a module, by the name in its marker."""
+    """Each example block of the manual as a module, by the name in its marker."""
     modules = {}
     for name, source in EXAMPLE.findall(readme):
         module = types.ModuleType(name)
