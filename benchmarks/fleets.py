@@ -25,7 +25,7 @@ from typing import Iterator, Optional
 
 import httpx
 
-from engine_plugins.client import Fleet, ServerClient
+from engine_plugins.client import Fleet, FleetLike, ServerClient
 from tools.launcher.engine_server import free_loopback_port
 
 from .common import cpu_seconds, stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
@@ -98,7 +98,7 @@ def fleet_of(n: int, with_smg: bool) -> Iterator[FleetUnderTest]:
             yield FleetUnderTest(urls, gateway, [p.pid for p in stubs], gateway_process.pid)
 
 
-async def one_round(servers: list[ServerClient], held: HeldRequests, fleet: Fleet, requests: int, pids: dict[str, list[int]]) -> dict[str, float]:
+async def one_round(servers: list[ServerClient], held: HeldRequests, fleet: FleetLike, requests: int, pids: dict[str, list[int]]) -> dict[str, float]:
     """Milliseconds for *fleet* to abort until idle with *requests* in flight on every stub
     (``ms``), and the CPU milliseconds each group of *pids* spent meanwhile (``<name>_cpu``;
     ``client_cpu`` is this process's)."""

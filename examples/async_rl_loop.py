@@ -29,7 +29,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Optional, Protocol
 
-from engine_plugins.client import Fleet, Rollout, ServerClient, ServerError, run_rollout, tokens_per_version
+from engine_plugins.client import (
+    Fleet,
+    Rollout,
+    ServerClient,
+    ServerError,
+    ServerFleet,
+    run_rollout,
+    tokens_per_version,
+)
 
 PROBE_TOKENS = 12
 DRAIN_TIMEOUT_S = 300.0
@@ -150,7 +158,7 @@ class LoopReport:
 class Producer:
     """Keeps ``batch + oversample`` rollouts in flight and collects the finished ones."""
 
-    def __init__(self, fleet: Fleet, config: LoopConfig, on_change: Callable[[], None]) -> None:
+    def __init__(self, fleet: ServerFleet, config: LoopConfig, on_change: Callable[[], None]) -> None:
         self.fleet, self.config, self.on_change = fleet, config, on_change
         self.rng = random.Random(config.seed + 2)
         self.length = config.lengths()
@@ -240,7 +248,7 @@ class Producer:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-async def run_loop(fleet: Fleet, trainer: Trainer, load: WeightLoad, initial: Checkpoint, config: LoopConfig,
+async def run_loop(fleet: ServerFleet, trainer: Trainer, load: WeightLoad, initial: Checkpoint, config: LoopConfig,
                    on_change: Callable[["LoopState"], None] = lambda state: None) -> LoopReport:
     """Run *config.steps* RL steps on *fleet*, whose servers have *initial* loaded; *on_change*
     sees the state after every event (for a live display). Raises :class:`ServerError` when a
@@ -302,7 +310,7 @@ class LoopState:
     phase: str = "generating"
 
 
-async def _swap(fleet: Fleet, load: WeightLoad, checkpoint: Checkpoint, report: StepReport, producer: Producer, mode: str) -> None:
+async def _swap(fleet: ServerFleet, load: WeightLoad, checkpoint: Checkpoint, report: StepReport, producer: Producer, mode: str) -> None:
     """The swap to *checkpoint* through the contract's transaction, timed and counted."""
     in_flight = set(producer.running)
     finished_before, lost_before = producer.finished_count, len(producer.lost)
@@ -332,7 +340,7 @@ async def _swap(fleet: Fleet, load: WeightLoad, checkpoint: Checkpoint, report: 
     await _check_versions(fleet, report)
 
 
-async def _check_versions(fleet: Fleet, report: StepReport) -> None:
+async def _check_versions(fleet: ServerFleet, report: StepReport) -> None:
     """Every server reports the step's version: one version, no split."""
     loads = await fleet.loads()
     report.server_versions = sorted({r.value.weight_version for r in loads.results if r.ok})
@@ -340,7 +348,7 @@ async def _check_versions(fleet: Fleet, report: StepReport) -> None:
         report.problems.append(f"the servers report versions {report.server_versions}, not {report.version}")
 
 
-async def _probe(fleet: Fleet, probe_ids: list[int], checkpoint: Checkpoint, report: StepReport) -> None:
+async def _probe(fleet: ServerFleet, probe_ids: list[int], checkpoint: Checkpoint, report: StepReport) -> None:
     """The probe on every server: the trainer's output for these weights, from no earlier KV."""
     params = {"max_new_tokens": PROBE_TOKENS, "temperature": 0.0, "ignore_eos": True}
     results = await asyncio.gather(*(s.partial_generate(probe_ids, params) for s in fleet.servers))

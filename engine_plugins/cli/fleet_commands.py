@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from engine_plugins.client import Fleet, FleetResult, StaleSelector
+from engine_plugins.client import Fleet, FleetLike, FleetResult, ServerFleet, StaleSelector
 from engine_plugins.client.gateway import DEFAULT_SELECTOR
 from engine_plugins.cli import exit_codes
 from engine_plugins.cli.render import has_rich, print_json, print_table
@@ -42,7 +42,7 @@ def _known(value: Any) -> Any:
     return "?" if value is None else value
 
 
-async def loads(args: argparse.Namespace, fleet: Fleet) -> int:
+async def loads(args: argparse.Namespace, fleet: FleetLike) -> int:
     """Every server's running, waiting and total requests."""
     result = await fleet.loads(args.timeout)
     return _show(args, result, "loads", [
@@ -65,7 +65,7 @@ ABORT_COLUMNS = [
 ]
 
 
-async def abort(args: argparse.Namespace, fleet: Fleet) -> int:
+async def abort(args: argparse.Namespace, fleet: FleetLike) -> int:
     """Abort (by ids, by age, or everything); ``--wait`` with no selector aborts until every server is idle."""
     if args.admitted_before is not None or args.max_staleness is not None:
         selector = StaleSelector(args.admitted_before, args.max_staleness)
@@ -83,19 +83,19 @@ async def abort(args: argparse.Namespace, fleet: Fleet) -> int:
     return _show(args, result, "abort until idle", ABORT_COLUMNS)
 
 
-async def pause(args: argparse.Namespace, fleet: Fleet) -> int:
+async def pause(args: argparse.Namespace, fleet: FleetLike) -> int:
     """Pause every server in ``--mode``."""
     result = await fleet.pause(args.mode, args.timeout, False if args.keep_kv else None)
     return _show(args, result, f"pause ({args.mode})", [("paused", lambda p: _known(p.is_paused)), ("mode", lambda p: _known(p.mode))])
 
 
-async def resume(args: argparse.Namespace, fleet: Fleet) -> int:
+async def resume(args: argparse.Namespace, fleet: FleetLike) -> int:
     """Resume every server."""
     result = await fleet.resume(args.timeout)
     return _show(args, result, "resume", [("paused", lambda p: _known(p.is_paused))])
 
 
-async def version(args: argparse.Namespace, fleet: Fleet) -> int:
+async def version(args: argparse.Namespace, fleet: FleetLike) -> int:
     """Set the weight version on every server (in-flight requests keep going unless ``--abort-all``)."""
     result = await fleet.update_weight_version(args.new_version, args.abort_all, args.timeout)
     return _show(args, result, f"weight version -> {args.new_version}", [
@@ -107,14 +107,14 @@ _SWAP_COLUMNS = [("swap", lambda s: s.swap_id), ("version", lambda s: f"{s.previ
                  ("state", lambda s: s.state), ("paused", lambda s: s.is_paused)]
 
 
-async def swap_begin(args: argparse.Namespace, fleet: Fleet) -> int:
+async def swap_begin(args: argparse.Namespace, fleet: FleetLike) -> int:
     """Begin a weight swap to ``--version`` on every server: paused until ``swap-commit``."""
     clear_cache = False if args.keep_kv else None
     result = await fleet.begin_weight_swap(args.version, args.mode, clear_cache, args.lease, args.timeout)
     return _show(args, result, f"weight swap to {args.version}: begun", _SWAP_COLUMNS)
 
 
-async def swap_commit(args: argparse.Namespace, fleet: Fleet) -> int:
+async def swap_commit(args: argparse.Namespace, fleet: FleetLike) -> int:
     """Commit every server's open weight swap to ``--version``: the version applied, resumed."""
     result = await fleet.commit_weight_swap(args.version, timeout_s=args.timeout)
     return _show(args, result, f"weight swap to {args.version}: committed", _SWAP_COLUMNS)
@@ -123,12 +123,14 @@ async def swap_commit(args: argparse.Namespace, fleet: Fleet) -> int:
 class _LiveProgress:
     """A live table of each server's phase while waiting for idle (rich, terminals only)."""
 
-    def __init__(self, fleet: Fleet, timeout_s: float) -> None:
+    def __init__(self, fleet: FleetLike, timeout_s: float) -> None:
         from rich.live import Live
 
         self.started = time.monotonic()
         self.timeout_s = timeout_s
-        self.state = {s.url: ("starting", None) for s in fleet.servers}
+        # Behind a gateway the workers are known only once smg answers: their rows come with it.
+        urls = [s.url for s in fleet.servers] if isinstance(fleet, ServerFleet) else []
+        self.state = {url: ("starting", None) for url in urls}
         self.live = Live(self._table(), refresh_per_second=8, transient=True)
 
     def __enter__(self) -> "_LiveProgress":
@@ -155,7 +157,7 @@ class _LiveProgress:
         return table
 
 
-def _fleet(args: argparse.Namespace, api_key: Optional[str]) -> Fleet:
+def _fleet(args: argparse.Namespace, api_key: Optional[str]) -> FleetLike:
     """The servers named on the command line, or the workers behind ``--gateway``."""
     if args.gateway is not None:
         return Fleet(gateway=args.gateway, api_key=api_key, selector=args.selector or DEFAULT_SELECTOR)
