@@ -29,8 +29,9 @@ from ..errors import StartupError
 from ..exposure import RedactSecrets, key_policy
 from ..http_api import build_routes
 from . import native_routes, routes
-from .dp_controller import register_idle_sleep
-from .engine_names import SUPPORTED_VERSION, SGLangNames, in_dp_controller_process, load_dp_controller_names, load_names
+from .dp_controller import in_dp_controller_process, load_dp_controller_names, register_idle_sleep
+from .facade import SGLangNames, load_names
+from .manifest import MANIFEST
 from .routes import MountReport, mount
 from .seam import SGLangSeam
 from .tracking import RegisteredHooks, register_hooks, tracker_for
@@ -164,7 +165,7 @@ def _log_startup(names: SGLangNames, stack: PluginStack, report: MountReport, ho
     hooked = ", ".join([*hooks.targets(), "http_server.launch_server"])
     lines = [
         f"engine_plugins: SGLang {names.version}: contract mounted; settings {describe(stack.settings)}; "
-        f"shims: none (supported: SGLang {SUPPORTED_VERSION}){''.join('; ' + n for n in names.notes)}",
+        f"shims: none (supported: SGLang {MANIFEST.supported}){''.join('; ' + n for n in names.notes)}",
         *report.lines(),
         f"engine_plugins: hooks registered with SGLang's HookRegistry (applied once plugins have loaded): {hooked}",
     ]

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Awaitable, Callable, Optional
 
-from .engine_names import SGLangNames
+from .facade import SGLangNames
 from .tracking import tracker_for
 
 logger = logging.getLogger(__name__)

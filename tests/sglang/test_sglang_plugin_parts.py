@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI
 from engine_plugins.errors import ContractError, StartupError
 from engine_plugins.schema import SamplingParams
 from engine_plugins.sglang import plugin
-from engine_plugins.sglang.engine_names import SGLangEngine, check_names
+from engine_plugins.sglang.facade import SGLangEngine, check_names
 from engine_plugins.sglang.routes import mount
 from engine_plugins.sglang.seam import SGLangSeam
 from engine_plugins.sglang.tracking import Tracker, register_hooks
