@@ -2,8 +2,9 @@
 every name the plugin uses, and the probe finds the differences the shims cover.
 
 The wheels come from ``scripts/setup-engines.sh wheels`` (pip download --no-deps, once per user).
-The check is the names modules' own (``engine_names.probe``), so what this test reads in a wheel
-is what the plugin checks on the installed engine at startup.
+The check is the engines' manifests' own (``MANIFEST.probe``, engine_plugins.engines.engine_manifest), so
+what this test reads in a wheel is what the plugin checks on the installed engine at startup, and
+on the fakes; the features each release is expected to have are in the manifests too.
 """
 
 from __future__ import annotations
@@ -12,28 +13,15 @@ import subprocess
 
 import pytest
 
-from engine_plugins.engines.probe import EngineName, SourceResolver, check
+from engine_plugins.engines.engine_manifest import EngineManifest
+from engine_plugins.engines.probe import EngineName, ProbeReport, SourceResolver, check
 from engine_plugins.contract.errors import StartupError
-from engine_plugins.engines.sglang import engine_names as sglang_names
-from engine_plugins.engines.vllm import engine_names as vllm_names
+from engine_plugins.engines.sglang import facade as sglang_facade
+from engine_plugins.engines.sglang.manifest import MANIFEST as SGLANG
+from engine_plugins.engines.vllm.manifest import MANIFEST as VLLM
 from engine_versions import REPO, SUPPORTED, wheel_source
 
-NAMES = {"vllm": vllm_names, "sglang": sglang_names}
-# What each release has, read from its source (docs/engine-notes.md, "Engine versions").
-EXPECTED_FEATURES = {
-    ("vllm", "0.27.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
-    ("vllm", "0.28.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
-    ("vllm", "0.29.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
-    ("vllm", "0.30.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
-    ("vllm", "0.31.0"): {"native_spans": False, "utility_all": False, "rejects_while_paused": False, "process_checkpoint": False},
-    ("vllm", "0.32.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": False, "process_checkpoint": False},
-    ("vllm", "0.33.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": True, "process_checkpoint": False},
-    ("vllm", "0.34.0"): {"native_spans": True, "utility_all": True, "rejects_while_paused": True, "process_checkpoint": True},
-    ("sglang", "0.5.20"): {"legacy_get_load": True, "weight_update_session": False},
-    ("sglang", "0.5.21"): {"legacy_get_load": False, "weight_update_session": True},
-    ("sglang", "0.5.22"): {"legacy_get_load": False, "weight_update_session": True},
-    ("sglang", "0.5.23"): {"legacy_get_load": False, "weight_update_session": True},
-}
+MANIFESTS = {"vllm": VLLM, "sglang": SGLANG}
 
 
 @pytest.fixture(scope="session")
@@ -46,16 +34,20 @@ def wheels() -> None:
 
 
 def test_every_supported_release_has_its_expected_features_listed():
-    assert sorted(EXPECTED_FEATURES) == sorted((v.engine, v.version) for v in SUPPORTED)
+    listed = [(engine, version) for engine, manifest in MANIFESTS.items() for version in manifest.releases]
+    assert sorted(listed) == sorted((v.engine, v.version) for v in SUPPORTED)
+    for manifest in MANIFESTS.values():
+        for version, features in manifest.releases.items():
+            assert manifest.in_range(version) and set(features) == {f.key for f in manifest.features}
 
 
 @pytest.mark.parametrize("release", SUPPORTED, ids=str)
 def test_a_supported_release_has_every_name_the_plugin_uses(wheels, release):
-    names = NAMES[release.engine]
-    names.check_version(release.version)
-    report = names.probe(SourceResolver(wheel_source(release)))
+    manifest = MANIFESTS[release.engine]
+    manifest.check_version(release.version)
+    report = manifest.probe(SourceResolver(wheel_source(release)))
     assert report.missing == []
-    assert report.features == EXPECTED_FEATURES[(release.engine, release.version)]
+    assert report.features == manifest.releases[release.version]
 
 
 def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
@@ -78,8 +70,8 @@ def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
 @pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("vllm", "0.35.0"), ("sglang", "0.5.19"), ("sglang", "0.6.0")])
 def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     with pytest.raises(StartupError) as info:
-        NAMES[engine].check_version(version)
-    assert f"{version} is not supported" in str(info.value) and NAMES[engine].SUPPORTED_VERSION in str(info.value)
+        MANIFESTS[engine].check_version(version)
+    assert f"{version} is not supported" in str(info.value) and MANIFESTS[engine].supported in str(info.value)
 
 
 # Every release's real server, and the fakes that follow a release.
@@ -90,12 +82,10 @@ LOG_TARGETS = {**{str(r): (r.engine, r.version) for r in SUPPORTED if r.tested =
 @pytest.mark.targets(*LOG_TARGETS)
 def test_the_startup_log_names_the_version_and_its_shims(target):
     engine, version = LOG_TARGETS[target.name]
-    features = EXPECTED_FEATURES[(engine, version)]
+    features = MANIFESTS[engine].releases[version]
     log = target.log_tail()
     if engine == "vllm":
-        from engine_plugins.engines.probe import ProbeReport
-
-        shims = vllm_names.active_shims(ProbeReport(features=features))
+        shims = VLLM.shims(ProbeReport(features=features))
         assert f"serving the RL control contract on vLLM {version}" in log
         assert f"shims: {'; '.join(shims)}" in log
     else:
@@ -106,11 +96,11 @@ def test_the_startup_log_names_the_version_and_its_shims(target):
 def test_a_release_below_the_range_whose_own_imports_fail_is_still_refused_by_name(monkeypatch):
     # SGLang 0.5.19 layered over a newer transformers raises ValueError ("'qwen3_asr' is already
     # used by a Transformers config") when the probe imports its http_server: the refusal stands.
-    def failing_probe(resolver=None):
+    def failing_probe(manifest, resolver=None):
         raise ValueError("'qwen3_asr' is already used by a Transformers config, pick another name.")
 
-    monkeypatch.setattr(sglang_names, "_installed_version", lambda: "0.5.19")
-    monkeypatch.setattr(sglang_names, "probe", failing_probe)
+    monkeypatch.setattr(EngineManifest, "installed_version", lambda manifest: "0.5.19")
+    monkeypatch.setattr(EngineManifest, "probe", failing_probe)
     with pytest.raises(StartupError) as info:
-        sglang_names.load_names()
+        sglang_facade.load_names()
     assert str(info.value) == "engine_plugins: SGLang 0.5.19 is not supported; the plugin supports SGLang 0.5.20 to 0.5.23"

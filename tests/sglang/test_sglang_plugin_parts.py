@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI
 from engine_plugins.contract.errors import ContractError, StartupError
 from engine_plugins.contract.schema import SamplingParams
 from engine_plugins.engines.sglang import plugin
-from engine_plugins.engines.sglang.engine_names import SGLangEngine, check_names
+from engine_plugins.engines.sglang.facade import SGLangEngine, check_names
 from engine_plugins.engines.sglang.routes import mount
 from engine_plugins.engines.sglang.seam import SGLangSeam
 from engine_plugins.engines.sglang.tracking import Tracker, register_hooks

@@ -7,8 +7,8 @@ import pytest
 
 from engine_plugins.core.control import RolloutControl
 from engine_plugins.contract.schema import SamplingParams
-from engine_plugins.engines.vllm import engine_names
-from engine_plugins.engines.vllm.engine_names import VllmEngine
+from engine_plugins.engines.vllm import engine_core
+from engine_plugins.engines.vllm.facade import VllmEngine
 from engine_plugins.engines.vllm.seam import VllmSeam
 from engine_plugins.engines.vllm.tracking import Tracker
 from fakes.vllm import engine as fake
@@ -28,7 +28,7 @@ async def _until(predicate, deadline_s=10.0):
 @pytest.fixture
 async def held_engine():
     """A fake AsyncLLM whose sends to the engine core wait for a gate, with the seam installed."""
-    engine_names.install_request_counts(fake.EngineCore)
+    engine_core.install_request_counts(fake.EngineCore)
     llm = fake.AsyncLLM(step_s=0.002)
     llm.start()
     gate = asyncio.Event()

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from engine_plugins.contract.errors import StartupError
-from engine_plugins.engines.vllm.engine_names import VllmEngine, check_names
+from engine_plugins.engines.vllm.facade import VllmEngine, check_names
 from fakes.vllm import engine as fake
 from fakes.vllm.server import fake_names
 
@@ -45,10 +45,10 @@ def test_every_supported_vllm_version_passes_the_range_check(version):
 def test_a_release_below_the_range_is_refused_with_what_its_probe_found_missing():
     # The probe of vLLM 0.26.0's wheel (docs/engine-notes.md, "vLLM releases the plugin refuses").
     from engine_plugins.engines.probe import ProbeReport
-    from engine_plugins.engines.vllm.engine_names import check_version
+    from engine_plugins.engines.vllm.manifest import MANIFEST
 
     lacking = ["vllm.exceptions.VLLMClientError", "vllm.v1.engine.async_llm.AsyncLLM.get_weight_version"]
     with pytest.raises(StartupError) as info:
-        check_version("0.26.0", ProbeReport(missing=lacking))
-    assert str(info.value) == ("engine_plugins: vLLM 0.26.0 is not supported; this plugin supports vLLM 0.27 to 0.34; "
+        MANIFEST.check_version("0.26.0", ProbeReport(missing=lacking))
+    assert str(info.value) == ("engine_plugins: vLLM 0.26.0 is not supported; the plugin supports vLLM 0.27 to 0.34; "
                                "vLLM 0.26.0 lacks vllm.exceptions.VLLMClientError, vllm.v1.engine.async_llm.AsyncLLM.get_weight_version")

@@ -10,20 +10,74 @@ With ``--sleep-on-idle``, SGLang's schedulers block on their sockets (``zmq.Poll
 second) before they poll; the plugin's hook gives the controller's loop the same wait, with the
 loop's own body after it, so a message is routed as soon as it arrives. Without the flag the
 controller keeps SGLang's loop.
+
+This module is the code that runs in that process, with its facade (:class:`DPControllerNames`):
+the HTTP server's process checked every name it uses at startup (:data:`~.manifest.MANIFEST`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
 
-from engine_plugins.engines.sglang.engine_names import DPControllerNames
+from engine_plugins.engines.sglang.manifest import DP_CONTROLLER_MODULE
 
 logger = logging.getLogger("engine_plugins.engines.sglang")
 
 # SGLang's idle sleeper waits this long at most (scheduler_components/idle_sleeper.py): the
 # controller's soft watchdog is fed at least this often.
 IDLE_POLL_MS = 1000
+
+
+@dataclass
+class DPControllerNames:
+    """What the plugin uses in SGLang's data-parallel controller process (``--dp-size`` > 1)."""
+
+    DataParallelController: type
+    HookRegistry: Any
+    HookType: Any
+    zmq: ModuleType
+    sock_recv: Callable[..., Any]
+    """SGLang's receive of one message from a ZMQ socket (``flags=zmq.NOBLOCK``: or raise ``zmq.ZMQError``)."""
+    sleep_on_idle: Callable[[], bool]
+    """Whether the server runs with ``--sleep-on-idle`` (read once the process has its config)."""
+
+    def hook_event_loop(self, hook: Callable) -> None:
+        """Register an AROUND *hook* on ``DataParallelController.event_loop``: ``hook(original, controller)``."""
+        cls = self.DataParallelController
+        self.HookRegistry.register(f"{cls.__module__}.{cls.__qualname__}.event_loop", hook, self.HookType.AROUND)
+
+    @staticmethod
+    def controller_parts(controller: Any) -> tuple[Any, Any, Callable[[Any], Any]]:
+        """A controller's socket from the TokenizerManager, its soft watchdog and its dispatcher."""
+        return controller.recv_from_tokenizer, controller.soft_watchdog, controller._request_dispatcher
+
+
+def in_dp_controller_process() -> bool:
+    """Whether this (child) process may be SGLang's data-parallel controller: the process that
+    runs it was started from its module, so the module is imported before plugins load. SGLang's
+    schedulers under a DP controller are started from that module too; a hook there is unused."""
+    return DP_CONTROLLER_MODULE in sys.modules
+
+
+def load_dp_controller_names() -> DPControllerNames:
+    """The names the plugin uses in the DP controller process, imported from the installed SGLang
+    (the HTTP server's process checked them all at startup)."""
+    from sglang.srt.managers import data_parallel_controller as dpc
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.runtime_context import get_device
+
+    return DPControllerNames(
+        DataParallelController=dpc.DataParallelController,
+        HookRegistry=HookRegistry,
+        HookType=HookType,
+        zmq=dpc.zmq,
+        sock_recv=dpc.sock_recv,
+        sleep_on_idle=lambda: bool(get_device().sleep_on_idle),
+    )
 
 
 def register_idle_sleep(names: DPControllerNames) -> None:

@@ -29,14 +29,13 @@ from engine_plugins.contract.errors import StartupError
 from engine_plugins.host.exposure import RedactSecrets, key_policy
 from engine_plugins.host.http_api import build_routes
 from engine_plugins.engines.sglang import native_routes, routes
-from engine_plugins.engines.sglang.dp_controller import register_idle_sleep
-from engine_plugins.engines.sglang.engine_names import (
-    SUPPORTED_VERSION,
-    SGLangNames,
+from engine_plugins.engines.sglang.dp_controller import (
     in_dp_controller_process,
     load_dp_controller_names,
-    load_names,
+    register_idle_sleep,
 )
+from engine_plugins.engines.sglang.facade import SGLangNames, load_names
+from engine_plugins.engines.sglang.manifest import MANIFEST
 from engine_plugins.engines.sglang.routes import MountReport, mount
 from engine_plugins.engines.sglang.seam import SGLangSeam
 from engine_plugins.engines.sglang.tracking import RegisteredHooks, register_hooks, tracker_for
@@ -170,7 +169,7 @@ def _log_startup(names: SGLangNames, stack: PluginStack, report: MountReport, ho
     hooked = ", ".join([*hooks.targets(), "http_server.launch_server"])
     lines = [
         f"engine_plugins: SGLang {names.version}: contract mounted; settings {describe(stack.settings)}; "
-        f"shims: none (supported: SGLang {SUPPORTED_VERSION}){''.join('; ' + n for n in names.notes)}",
+        f"shims: none (supported: SGLang {MANIFEST.supported}){''.join('; ' + n for n in names.notes)}",
         *report.lines(),
         f"engine_plugins: hooks registered with SGLang's HookRegistry (applied once plugins have loaded): {hooked}",
     ]

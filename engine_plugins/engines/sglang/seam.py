@@ -2,7 +2,7 @@
 
 Every call goes to the TokenizerManager the HTTP routes use, so the contract sees the same
 requests, pause gate and weight version as SGLang's own routes. SGLang is reached only through
-:class:`~.engine_names.SGLangEngine`.
+:class:`~.facade.SGLangEngine`.
 """
 
 from __future__ import annotations

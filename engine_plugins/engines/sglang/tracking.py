@@ -33,7 +33,7 @@ from typing import Any, AsyncIterator, Optional
 from engine_plugins.core.cache_scope import version_salt
 from engine_plugins.contract.errors import StartupError
 from engine_plugins.core.registry import InFlightRegistry
-from engine_plugins.engines.sglang.engine_names import SGLangEngine, SGLangNames
+from engine_plugins.engines.sglang.facade import SGLangEngine, SGLangNames
 
 
 class TrackedStates(dict):
@@ -253,7 +253,7 @@ class RegisteredHooks:
 
 def tracker_for(names: SGLangNames, tm: Any, scope_prefix_cache: bool = True) -> Tracker:
     """The tracker of the TokenizerManager *tm*, made on first use: *tm* is checked
-    (:class:`~.engine_names.SGLangEngine`) and its request states tracked from then on."""
+    (:class:`~.facade.SGLangEngine`) and its request states tracked from then on."""
     tracker = _trackers.get(tm)
     if tracker is None:
         tracker = _trackers[tm] = Tracker(SGLangEngine(names, tm), scope_prefix_cache)

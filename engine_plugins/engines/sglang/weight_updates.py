@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Awaitable, Callable, Optional
 
-from engine_plugins.engines.sglang.engine_names import SGLangNames
+from engine_plugins.engines.sglang.facade import SGLangNames
 from engine_plugins.engines.sglang.tracking import tracker_for
 
 logger = logging.getLogger(__name__)

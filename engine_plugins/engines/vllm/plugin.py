@@ -29,8 +29,8 @@ from engine_plugins.host.http_api import build_routes
 from engine_plugins.fanout.peers import Peers, hand_out, handed
 from engine_plugins.fanout.process_header import ApiServerHeader, ApiServerIdentity
 from engine_plugins.fanout.spread import ServerControl
-from engine_plugins.engines.vllm import engine_names, native_routes
-from engine_plugins.engines.vllm.engine_names import VllmEngine, VllmNames
+from engine_plugins.engines.vllm import engine_core, facade, native_routes
+from engine_plugins.engines.vllm.facade import VllmEngine, VllmNames
 from engine_plugins.engines.vllm.routes import mount
 from engine_plugins.engines.vllm.seam import VllmSeam
 from engine_plugins.engines.vllm.tracking import Tracker
@@ -49,7 +49,7 @@ class VllmEndpointPlugin:
     # Only servers that generate: the render-only server and pooling models have nothing to control.
     required_tasks = ("generate",)
 
-    def __init__(self, load_names: Callable[[], VllmNames] = engine_names.load_names, settings: Optional[Settings] = None) -> None:
+    def __init__(self, load_names: Callable[[], VllmNames] = facade.load_names, settings: Optional[Settings] = None) -> None:
         self._load_names = load_names
         self._settings = settings
         self._stack: Optional[PluginStack] = None
@@ -85,7 +85,7 @@ class VllmEndpointPlugin:
     async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:
         """Check the engine and the flags, then build the control over this ``AsyncLLM``
         (with several API server processes, one over all of them)."""
-        self._keys = engine_names.engine_api_keys(args)
+        self._keys = facade.engine_api_keys(args)
         assert self._stack is not None, "vLLM calls attach_router before init_state"
         said = key_policy(getattr(args, "host", None), [self._stack.settings.api_key, *self._keys],
                           self._stack.settings.require_key)
@@ -100,7 +100,7 @@ class VllmEndpointPlugin:
             await vllm.request_counts()
         except Exception as exc:
             raise StartupError(
-                f"engine_plugins: vLLM {names.version}: the engine core has no '{engine_names.REQUEST_COUNTS_UTILITY}' "
+                f"engine_plugins: vLLM {names.version}: the engine core has no '{engine_core.REQUEST_COUNTS_UTILITY}' "
                 "utility, so the vllm.general_plugins entry point 'engine_plugins' did not run in the engine "
                 f"process; check that VLLM_PLUGINS names engine_plugins ({type(exc).__name__}: {exc})"
             ) from exc
@@ -114,7 +114,7 @@ class VllmEndpointPlugin:
         tracker = Tracker(vllm, await vllm.get_weight_version(), stack.settings.scope_prefix_cache, bump)
         tracker.install()
         control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
-        api_servers = engine_names.api_server_count(args)
+        api_servers = facade.api_server_count(args)
         if api_servers > 1:
             # Each API process has its own front end: calls that cover the whole server are
             # passed to the other processes (the processes of one server share its parent).
@@ -157,7 +157,7 @@ def general_plugin() -> None:
     # general plugins while it parses the command line), which inherit the link made here.
     hand_out()
     try:
-        engine_names.install_in_engine_core()
+        engine_core.install_in_engine_core()
     except ImportError as exc:
         # The endpoint plugin's startup probe turns this into a clear error in the API server.
         logger.warning("engine_plugins: cannot install its engine-core utilities: %s", exc)

@@ -1,5 +1,5 @@
 """The contract's seam over vLLM's ``AsyncLLM`` (one per API server process): generation, abort,
-loads, weight versions and pause. vLLM is reached only through :class:`~.engine_names.VllmEngine`,
+loads, weight versions and pause. vLLM is reached only through :class:`~.facade.VllmEngine`,
 and the registry is kept by :class:`~.tracking.Tracker`.
 """
 

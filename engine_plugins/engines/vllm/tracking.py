@@ -7,7 +7,7 @@ covered the request before then is sent right after (the fence), so an abort alw
 request to the engine core and never precedes it on the wire.
 
 vLLM has no registry of method hooks: the entry points are replaced on the engine client's
-instances (:meth:`~.engine_names.VllmEngine.wrap_entry_points`), and put back by
+instances (:meth:`~.facade.VllmEngine.wrap_entry_points`), and put back by
 :meth:`Tracker.uninstall`. The vLLM behaviour this relies on is in ``docs/engine-notes.md``
 ("vLLM").
 """
@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
 from engine_plugins.core.cache_scope import version_salt
 from engine_plugins.core.registry import InFlight, InFlightRegistry
-from engine_plugins.engines.vllm.engine_names import VllmEngine
+from engine_plugins.engines.vllm.facade import VllmEngine
 
 # The registry entry of the generate() call that is adding requests in this task. Set around the
 # first step of the generator, which is when AsyncLLM tokenizes and adds; tasks started from

@@ -1,10 +1,10 @@
-"""The plugin's :class:`~engine_plugins.engines.sglang.engine_names.SGLangNames`, built from this fake."""
+"""The plugin's :class:`~engine_plugins.engines.sglang.facade.SGLangNames`, built from this fake."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from engine_plugins.engines.sglang.engine_names import SGLangNames, check_names
+from engine_plugins.engines.sglang.facade import SGLangNames, check_names
 
 from . import http_server
 from .hook_registry import HookRegistry, HookType
@@ -14,7 +14,8 @@ from .tokenizer_manager import HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, 
 
 
 def fake_names(serving: SimpleNamespace) -> SGLangNames:
-    """The fake's names; *serving* stands for SGLang's ``get_serving()`` bag (keys, flags)."""
+    """The fake's names; *serving* stands for SGLang's ``get_serving()`` bag (keys, flags).
+    Checked as SGLang's are, against the plugin's manifest."""
     names = SGLangNames(
         version="0.5.23 (engine_plugins fake)",
         http_server=http_server,

@@ -38,8 +38,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.routing import APIRoute
 
 from engine_plugins.fanout import peers
-from engine_plugins.engines.vllm import engine_names
-from engine_plugins.engines.vllm.engine_names import VllmNames
+from engine_plugins.engines.vllm import engine_core
+from engine_plugins.engines.vllm.facade import VllmNames, check_names
 from engine_plugins.engines.vllm.plugin import VllmEndpointPlugin
 
 from . import engine as fake
@@ -50,7 +50,8 @@ logger = logging.getLogger(__name__)
 
 
 def fake_names(pause_rejects_new: bool = False, like_031: bool = False, like_034: bool = False) -> VllmNames:
-    """The fake's stand-ins for the vLLM names the plugin imports, checked as vLLM's are; with
+    """The fake's stand-ins for the vLLM names the plugin imports, checked as vLLM's are (against
+    the plugin's manifest); with
     *pause_rejects_new*, those of vLLM 0.33 (its paused engine core's rejection); with
     *like_031*, those of vLLM 0.31 (no spans, no call_utility_all_async); with *like_034*, 0.34's
     (0.33's, and the process checkpoint)."""
@@ -67,7 +68,7 @@ def fake_names(pause_rejects_new: bool = False, like_031: bool = False, like_034
         status_errors=(fake.GracefulHTTPError,),
         process_checkpoint=like_034,
     )
-    engine_names.check_names(names)
+    check_names(names)
     return names
 
 
@@ -80,9 +81,9 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
     endpoint_plugin = VllmEndpointPlugin(load_names=lambda: fake_names(rejects, like_031, like_034)) if plugin else None
     if plugin and getattr(args, "general_plugin", True):
         # What the general plugin does in the engine-core process (plugin.general_plugin).
-        engine_names.install_request_counts(fake.EngineCore)
-        engine_names.install_pause_hold(fake.EngineCore)
-        engine_names.install_checkpoint_guard(fake.EngineCore)
+        engine_core.install_request_counts(fake.EngineCore)
+        engine_core.install_pause_hold(fake.EngineCore)
+        engine_core.install_checkpoint_guard(fake.EngineCore)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

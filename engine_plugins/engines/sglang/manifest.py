@@ -1,0 +1,128 @@
+"""Every SGLang name the SGLang plugin uses, the supported releases and how they differ: data only.
+
+:data:`MANIFEST` is checked by :mod:`engine_plugins.engines.engine_manifest`: on the installed SGLang at
+startup, on each supported release's wheel by the static probe test, and on the objects the
+facade (:mod:`.facade`) holds, a fake's included. What each name does in SGLang, with file and
+line, is in ``docs/engine-notes.md``.
+"""
+
+from __future__ import annotations
+
+from engine_plugins.engines.engine_manifest import EngineManifest
+from engine_plugins.engines.probe import EngineName, Feature
+
+# The SGLang releases the plugin supports (every 0.5.23.x included).
+LOWEST_VERSION, HIGHEST_VERSION = "0.5.20", "0.5.23"
+
+# Methods of the TokenizerManager class the plugin calls or hooks.
+TOKENIZER_MANAGER_METHODS = (
+    "__init__",
+    "generate_request",
+    "_create_tokenized_object",
+    "_mark_state_dispatched",
+    "abort_request",
+    "pause_generation",
+    "continue_generation",
+    "update_weight_version",
+    "get_loads",
+    "config_value",
+)
+# Attributes a TokenizerManager sets on itself in __init__: checked on each instance too.
+TOKENIZER_MANAGER_ATTRIBUTES = (
+    "rid_to_state", "is_pause", "is_pause_cond", "incremental_streaming_output", "model_config", "context_len",
+)
+REQ_STATE_FIELDS = ("dispatched", "abort_sent")
+# Fields of the request objects the plugin builds or reads.
+REQUEST_FIELDS = {
+    "GenerateReqInput": ("rid", "input_ids", "sampling_params", "stream", "return_logprob"),
+    "UpdateWeightVersionReqInput": ("new_version", "abort_all_requests"),
+    "PauseGenerationReqInput": ("mode",),
+    "ContinueGenerationReqInput": (),
+}
+HTTP_SERVER_NAMES = ("app", "get_global_state", "launch_server")
+# The request of each weight-update method (:mod:`.weight_updates`).
+WEIGHT_UPDATE_REQUESTS = (
+    "UpdateWeightFromDiskReqInput", "UpdateWeightsFromTensorReqInput", "UpdateWeightsFromDistributedReqInput",
+    "UpdateWeightsFromIPCReqInput",
+)
+# The release from which tensor and distributed updates need a weight-update session, and the
+# scheduler's flush ignores its waiting queue while paused.
+SESSION_VERSION = "0.5.21"
+# The data-parallel controller (``--dp-size`` > 1), whose event loop the plugin lets sleep when
+# idle: the loop's method, the attributes its body uses, and the module's names it calls.
+DP_CONTROLLER_MODULE = "sglang.srt.managers.data_parallel_controller"
+DP_CONTROLLER_ATTRIBUTES = ("recv_from_tokenizer", "soft_watchdog", "_request_dispatcher")
+# The module and logger names the facade uses as SGLang spells them.
+MODULE_PREFIX = "sglang.srt."
+HTTP_SERVER_MODULE = MODULE_PREFIX + "entrypoints.http_server"
+TOKENIZER_MANAGER_MODULE = MODULE_PREFIX + "managers.tokenizer_manager"
+IO_STRUCT_MODULE = MODULE_PREFIX + "managers.io_struct"
+LOAD_SNAPSHOT_MODULE = MODULE_PREFIX + "managers.load_snapshot"
+HOOK_REGISTRY_MODULE = MODULE_PREFIX + "plugins.hook_registry"
+SERVER_ARGS_LOGGER = MODULE_PREFIX + "entrypoints.engine"
+"""The logger of SGLang's engine launcher, which logs the server args at startup."""
+
+
+def _n(module: str, name: str, *params: str, on_self: bool = False) -> EngineName:
+    return EngineName(MODULE_PREFIX + module, name, tuple(params), on_self)
+
+
+_TM = "managers.tokenizer_manager"
+REQUIRED_NAMES: tuple[EngineName, ...] = (
+    *(_n("entrypoints.http_server", name) for name in HTTP_SERVER_NAMES),
+    *(_n(_TM, f"TokenizerManager.{m}") for m in TOKENIZER_MANAGER_METHODS),
+    _n(_TM, "TokenizerManager.generate_request", "obj", "request"),
+    _n(_TM, "TokenizerManager.abort_request", "rid", "abort_all"),
+    _n(_TM, "TokenizerManager.update_weight_version", "obj"),
+    *(_n(_TM, f"TokenizerManager.{a}", on_self=True) for a in TOKENIZER_MANAGER_ATTRIBUTES),
+    *(_n(_TM, f"ReqState.{f}") for f in REQ_STATE_FIELDS),
+    *(_n("managers.io_struct", f"{cls}.{f}") for cls, fields in REQUEST_FIELDS.items() for f in fields),
+    _n("managers.io_struct", "ContinueGenerationReqInput"),
+    _n("managers.io_struct", "TokenizedGenerateReqInput.rid"),
+    _n("managers.io_struct", "TokenizedGenerateReqInput.extra_key"),
+    _n("managers.load_snapshot", "LoadSnapshot.to_dict"),
+    _n("plugins.hook_registry", "HookRegistry.register"),
+    _n("plugins.hook_registry", "HookRegistry.apply_hooks"),
+    _n("plugins.hook_registry", "HookType.AROUND"),
+    _n("plugins.hook_registry", "HookType.AFTER"),
+    _n("runtime_context", "get_exec"),
+    _n("runtime_context", "get_serving"),
+    _n("runtime_context", "get_parallel"),
+    _n("runtime_context", "get_device"),
+    _n("managers.data_parallel_controller", "DataParallelController.event_loop"),
+    *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
+    _n("managers.data_parallel_controller", "sock_recv"),
+    _n("managers.data_parallel_controller", "zmq"),
+    _n("utils.auth", "AuthLevel.ADMIN_OPTIONAL"),
+    # Weight updates (:mod:`.weight_updates`): the TokenizerManager's methods (three of them
+    # inherited from its control mixin) and the fields of their requests the plugin reads.
+    _n(_TM, "TokenizerManager.update_weights_from_disk", "obj", "request"),
+    *(_n("managers.tokenizer_control_mixin", f"TokenizerControlMixin.update_weights_from_{kind}", "obj", "request")
+      for kind in ("tensor", "distributed", "ipc")),
+    _n("managers.tokenizer_control_mixin", "TokenizerControlMixin.init_weights_update_group", "obj", "request"),
+    *(_n("managers.io_struct", f"{cls}.{f}") for cls in WEIGHT_UPDATE_REQUESTS for f in ("flush_cache", "weight_version")),
+)
+
+# Differences between the supported releases that the startup log names. SGLang's own /get_load
+# (removed in 0.5.21) needs no shim: the plugin leaves it as SGLang serves it.
+LEGACY_GET_LOAD = "legacy_get_load"
+WEIGHT_UPDATE_SESSION = "weight_update_session"
+FEATURES: tuple[Feature, ...] = (
+    Feature(LEGACY_GET_LOAD, _n("entrypoints.http_server", "get_load"), "SGLang's own /get_load served as before",
+            on_presence=True),
+    Feature(WEIGHT_UPDATE_SESSION, _n("managers.io_struct", "BeginWeightUpdateReqInput"),
+            "sessionless tensor and distributed weight updates get a session from the plugin", on_presence=True),
+)
+
+_BEFORE_SESSIONS = {LEGACY_GET_LOAD: True, WEIGHT_UPDATE_SESSION: False}
+_WITH_SESSIONS = {LEGACY_GET_LOAD: False, WEIGHT_UPDATE_SESSION: True}
+
+MANIFEST = EngineManifest(
+    engine="SGLang",
+    distributions=("sglang",),
+    lowest=LOWEST_VERSION,
+    highest=HIGHEST_VERSION,
+    required=REQUIRED_NAMES,
+    features=FEATURES,
+    releases={"0.5.20": _BEFORE_SESSIONS, "0.5.21": _WITH_SESSIONS, "0.5.22": _WITH_SESSIONS, "0.5.23": _WITH_SESSIONS},
+)
