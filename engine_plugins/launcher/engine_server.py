@@ -229,7 +229,7 @@ class EngineServer:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             log_path = checkout_dir(self.repo_root) / "logs" / f"{engine}-{stamp}-{self.port}.log"
         self.log_path = Path(log_path)
-        self.server: ServerProcess | None = None
+        self.server_process: ServerProcess | None = None
         self.startup_seconds: float | None = None
         self._shm_before: set[str] = set()
         self._stopped = False
@@ -326,7 +326,7 @@ class EngineServer:
         tail) if the process exits first or is not healthy within `health_timeout` seconds; the
         process tree is stopped before either error propagates.
         """
-        if self.server is not None:
+        if self.server_process is not None:
             raise RuntimeError("EngineServer.start() called twice; make a new EngineServer")
         if not self.paths.python.exists():
             raise EngineSetupError(
@@ -341,7 +341,7 @@ class EngineServer:
         # scheduler, detokenizer). Placed by the CPU profile (priority, cores): on two cores a
         # generating engine's busy threads can starve its own client (launcher/cpu.py,
         # docs/cpu-tuning.md).
-        self.server = ServerProcess(
+        self.server_process = ServerProcess(
             self.command(), port=self.port, log_path=self.log_path, env=self.environment(), cwd=self.repo_root,
             headers=self.headers(), name=f"{self.engine} server", start_timeout=self.health_timeout,
             stop_grace=self.stop_grace, poll_interval=0.5, request_timeout=5.0, before_exec=profile.place_engine,
@@ -350,20 +350,20 @@ class EngineServer:
         )
         _running.add(self)
         try:
-            self.server.start()
+            self.server_process.start()
         except StartError as exc:
             self.stop()
             raise EngineStartError(str(exc)) from None
         except BaseException:
             self.stop()
             raise
-        self.startup_seconds = self.server.startup_seconds
+        self.startup_seconds = self.server_process.startup_seconds
         return self
 
     @property
     def process(self) -> "subprocess.Popen[bytes] | None":
         """The server's main process (None before ``start()``); it leads the server's process group."""
-        return self.server.process if self.server is not None else None
+        return self.server_process.process if self.server_process is not None else None
 
     def stop(self) -> int | None:
         """Stops the whole process tree and returns the server's exit code (None if never started).
@@ -372,11 +372,11 @@ class EngineServer:
         after `stop_grace` seconds. Also removes the ``/dev/shm/sglang_loads_*`` files that
         appeared while this server ran. Safe to call more than once.
         """
-        if self.server is None or self._stopped:
-            return None if self.server is None else self.server.poll()
+        if self.server_process is None or self._stopped:
+            return None if self.server_process is None else self.server_process.poll()
         self._stopped = True
         _running.discard(self)
-        code = self.server.stop()
+        code = self.server_process.stop()
         self._remove_own_shm_files()
         return code
 
