@@ -83,5 +83,7 @@ def smg_gateway(tmp_dir: Path, worker_urls: Sequence[str], api_key: str) -> Iter
         smg.start()
     except StartError as exc:
         raise StartError(f"smg did not list {sorted(worker_urls)} as ready (last listed {listed}): {exc}") from None
-    with smg:
+    try:
         yield SmgGateway(smg.url, api_key, list(worker_urls), smg)
+    finally:
+        smg.stop()
