@@ -55,18 +55,17 @@ class Server:
         self.model = ""
         self.transfer_ready = False
         self.starts: list[float] = []
-        self.owner: Optional[threading.Thread] = None
-        self.stopping = threading.Event()
+        self.starter: Optional[threading.Thread] = None
         self.error: Optional[BaseException] = None
 
     def start(self) -> threading.Event:
-        """Start the engine from a thread of its own that lives as long as the server (the kernel
-        stops a server whose starting thread ends: EngineServer's parent-death signal), so that
-        both servers start at once; the event is set once it answers, or failed to start."""
-        ready, self.stopping, self.error = threading.Event(), threading.Event(), None
+        """Start the engine from a thread, so that both servers start at once (the server
+        outlives the thread: the spawner stops it when this process ends, not the thread); the
+        event is set once it answers, or failed to start."""
+        ready, self.error = threading.Event(), None
         process = self.process
 
-        def own() -> None:
+        def start() -> None:
             try:
                 process.start()
                 self.starts.append(round(process.startup_seconds, 1))
@@ -74,19 +73,16 @@ class Server:
                 self.error = exc
             finally:
                 ready.set()
-            self.stopping.wait()
-            process.stop()
 
-        self.owner = threading.Thread(target=own, name=f"{self.engine}-{'plugin' if self.plugin else 'bare'}", daemon=True)
-        self.owner.start()
+        self.starter = threading.Thread(target=start, name=f"{self.engine}-{'plugin' if self.plugin else 'bare'}", daemon=True)
+        self.starter.start()
         return ready
 
     def stop(self) -> None:
-        """Stop the server (from its own thread)."""
-        if self.owner is not None:
-            self.stopping.set()
-            self.owner.join()
-            self.owner = None
+        """Stop the server (once its start has ended)."""
+        if self.starter is not None:
+            self.starter.join()
+            self.starter = None
         self.process.stop()
 
     async def setup(self) -> None:

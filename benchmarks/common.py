@@ -10,10 +10,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, Sequence, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
+# The logs of the servers a benchmark starts: beside the engines' (``.engines/``, git-ignored).
+LOGS = REPO / ".engines" / "logs"
 KEY = "bench-key"
 Way = TypeVar("Way")
 
@@ -57,6 +59,12 @@ def read_json(name: str) -> object:
     """``benchmarks/results/<name>.json``, or None when that figure has not run."""
     path = RESULTS / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def server_log(name: str) -> Callable[[int], Path]:
+    """Where the server *name* a benchmark starts on a port logs: ``.engines/logs/<name>-<time>-<port>.log``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return lambda port: LOGS / f"bench-{name}-{stamp}-{port}.log"
 
 
 def ms(seconds: float) -> float:

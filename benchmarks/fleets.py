@@ -17,18 +17,18 @@ import argparse
 import asyncio
 import contextlib
 import os
-import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import httpx
 
 from engine_plugins.client import Fleet, FleetLike, ServerClient
-from tools.launcher.engine_server import free_loopback_port
+from tools.launcher.spawn import ServerProcess, free_loopback_port
 
-from .common import cpu_seconds, stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
+from .common import cpu_seconds, stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, server_log, stats, write_json
 from .hold_requests import HeldRequests
 
 PER_PROCESS = 32
@@ -38,29 +38,24 @@ SIZES = (1, 8, 64, 256)
 STEP_S = 0.05
 
 
-def _wait(url: str, ok, deadline_s: float = 120.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            if ok(httpx.get(url, headers={"Authorization": f"Bearer {KEY}"}, timeout=5)):
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} was not ready within {deadline_s} s")
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+# A fleet of 256 stubs shares two cores with smg: its start takes a while.
+START_TIMEOUT_S = 300.0
 
 
-@contextlib.contextmanager
-def _processes(commands: list[list[str]]) -> Iterator[list[subprocess.Popen]]:
-    procs = [subprocess.Popen(c, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+def all_healthy(urls: list[str]) -> Callable[[ServerProcess], bool]:
+    """Readiness of a stub host: every one of its stubs answers GET /health."""
+    return lambda _: all(httpx.get(u + "/health", headers=HEADERS, timeout=5).status_code == 200 for u in urls)
+
+
+def lists_ready(n: int) -> Callable[[ServerProcess], bool]:
+    """Readiness of smg: its discovery lists *n* workers ready."""
+
+    def ready(smg: ServerProcess) -> bool:
+        answer = httpx.get(smg.url + "/v1/rl/workers", headers=HEADERS, timeout=5)
+        return answer.status_code == 200 and sum(w["health"] == "ready" for w in answer.json()["workers"]) == n
+
+    return ready
 
 
 @dataclass
@@ -82,20 +77,27 @@ def fleet_of(n: int, with_smg: bool) -> Iterator[FleetUnderTest]:
         if port not in ports:
             ports.append(port)
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    hosts = [[sys.executable, "-m", "benchmarks.stub_host", "--step-s", str(STEP_S), *map(str, ports[i:i + PER_PROCESS])] for i in range(0, n, PER_PROCESS)]
-    with _processes(hosts) as stubs:
-        for url in urls:
-            _wait(url + "/health", lambda r: r.status_code == 200, 300)
+    with contextlib.ExitStack() as stack:
+        stubs = [ServerProcess([sys.executable, "-m", "benchmarks.stub_host", "--step-s", str(STEP_S), *map(str, ports[i:i + PER_PROCESS])],
+                               port=ports[i], log_path=server_log("stub-host"), cwd=REPO, name="stub host", stop_grace=15,
+                               ready=all_healthy(urls[i:i + PER_PROCESS]), start_timeout=START_TIMEOUT_S)
+                 for i in range(0, n, PER_PROCESS)]
+        for stub in stubs:
+            stack.callback(stub.stop)
+        # All at once, from threads: a server outlives the thread that started it.
+        with ThreadPoolExecutor(len(stubs)) as pool:
+            list(pool.map(ServerProcess.start, stubs))
         if not with_smg:
             yield FleetUnderTest(urls, None, [p.pid for p in stubs])
             return
-        port = free_loopback_port()
-        smg = [sys.executable, "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-               "--prometheus-port", str(free_loopback_port()), "--worker-urls", *urls, "--api-key", KEY, "--enable-rl", "--log-level", "warn"]
-        gateway = f"http://127.0.0.1:{port}"
-        with _processes([smg]) as (gateway_process,):
-            _wait(gateway + "/v1/rl/workers", lambda r: r.status_code == 200 and sum(w["health"] == "ready" for w in r.json()["workers"]) == n, 300)
-            yield FleetUnderTest(urls, gateway, [p.pid for p in stubs], gateway_process.pid)
+
+        def smg(port: int) -> list[str]:
+            return [sys.executable, "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
+                    "--prometheus-port", str(free_loopback_port()), "--worker-urls", *urls, "--api-key", KEY, "--enable-rl", "--log-level", "warn"]
+
+        gateway = stack.enter_context(ServerProcess(smg, log_path=server_log("smg"), cwd=REPO, name="smg", stop_grace=15,
+                                                    ready=lists_ready(n), start_timeout=START_TIMEOUT_S))
+        yield FleetUnderTest(urls, gateway.url, [p.pid for p in stubs], gateway.pid)
 
 
 async def one_round(servers: list[ServerClient], held: HeldRequests, fleet: FleetLike, requests: int, pids: dict[str, list[int]]) -> dict[str, float]:

@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -35,11 +33,12 @@ from typing import Awaitable, Callable, Iterator, Optional
 
 import httpx
 
+from tools.launcher.spawn import ServerProcess
 from engine_plugins.contract.schema import SamplingParams
 from engine_plugins.engines.stub.engine import StubEngine
 from engine_plugins.engines.stub.server import create_app
 
-from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, stats, write_json
+from .common import stop_cleanly_on_sigterm, KEY, REPO, ms, progress, rounds_default, server_log, stats, write_json
 from .hold_requests import HeldRequests
 
 STEP_S = 0.5
@@ -118,35 +117,15 @@ async def server_view(n: int, rounds: int) -> dict[str, list[float]]:
 # --- client view: the stub over loopback HTTP -----------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def stub_server(step_s: float = STEP_S) -> Iterator[str]:
     """One stub engine served by uvicorn in its own process; its URL."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "engine_plugins.engines.stub", "--port", str(port), "--api-key", KEY,
-                             "--step-s", str(step_s)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the stub server did not start: {proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+
+    def command(port: int) -> list[str]:
+        return [sys.executable, "-m", "engine_plugins.engines.stub", "--port", str(port), "--api-key", KEY, "--step-s", str(step_s)]
+
+    with ServerProcess(command, log_path=server_log("stub"), cwd=REPO, name="the stub server") as server:
+        yield server.url
 
 
 async def client_view(url: str, n: int, rounds: int) -> dict[str, list[float]]:

@@ -10,16 +10,14 @@ import contextlib
 import hashlib
 import importlib
 import os
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Optional
 
-import httpx
-
+from tools.launcher.spawn import ServerProcess
+from tools.launcher.spawn import free_loopback_port as free_port  # noqa: F401 - the tests' name for it
 from engine_versions import OPT_IN_VERSION_TARGETS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,6 +44,8 @@ class Target:
     checkpoints: tuple[Path, ...] = ()
     """Checkpoints of the served model with real, different weights (the first one loaded at
     start), where the target serves real weights: the weight-swap tests' A and B."""
+    process: Optional[ServerProcess] = None
+    """The server's processes (its exit code, its pid), for a test that kills or watches them."""
 
     @property
     def finish_tokens(self) -> int:
@@ -71,59 +71,6 @@ def make_checkpoints(python: Path, base: Path, seeds: tuple[int, ...] = (1, 2)) 
     return tuple(made)
 
 
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, deadline_s: float, log: Optional[Path] = None) -> None:
-    """Wait until GET /health answers 200; fail with the server's log if it exits or never does."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{_tail(log)}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"server not healthy after {deadline_s} s:\n{_tail(log)}")
-
-
-def _tail(log: Optional[Path], n: int = 60) -> str:
-    if log is None or not log.exists():
-        return ""
-    return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
-
-
-@dataclass
-class ServerProcess:
-    """A server started by :func:`module_server`."""
-
-    url: str
-    proc: subprocess.Popen
-    log: Path
-
-    def log_tail(self, n: int = 200) -> str:
-        return _tail(self.log, n)
-
-    def kill(self) -> None:
-        """Kill it at once (a server disappearing mid-call)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def signal(self, sig: int) -> None:
-        """Send *sig* to the server (one process: a fake or the stub)."""
-        os.kill(self.proc.pid, sig)
-
-
-def group_signal(pid: int) -> Callable[[int], None]:
-    """Send a signal to the process group *pid* leads (a real engine server and its engine)."""
-    return lambda sig: os.killpg(pid, sig)
-
-
 def server_env(env: Optional[dict] = None) -> dict:
     """The environment of a server the tests start: this one without any ``ENGINE_PLUGINS_*``
     variable, with ``tests/`` on ``PYTHONPATH`` (the fakes are ``fakes.sglang`` and
@@ -134,39 +81,22 @@ def server_env(env: Optional[dict] = None) -> dict:
     return out
 
 
-def stop_process(proc: subprocess.Popen) -> None:
-    """Terminate *proc* if it still runs, and kill it if it has not exited 10 s later."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @contextlib.contextmanager
 def module_server(tmp_dir: Path, module: str, *args: str, env: Optional[dict] = None, startup_s: float = 30) -> Iterator[ServerProcess]:
-    """``python -m module --port P *args`` in its own process on loopback, in
-    :func:`server_env`; always stopped."""
-    port = free_port()
-    log = tmp_dir / f"{module.rsplit('.', 1)[-1]}-{port}.log"
-    cmd = [sys.executable, "-m", module, "--port", str(port), *args]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env(env), cwd=REPO)
-    server = ServerProcess(f"http://127.0.0.1:{port}", proc, log)
-    try:
-        wait_healthy(server.url, proc, startup_s, log)
+    """``python -m module --port P *args`` on a free loopback port, in :func:`server_env`, ready
+    once GET /health answers 200; always stopped."""
+    with ServerProcess(lambda port: [sys.executable, "-m", module, "--port", str(port), *args],
+                       log_path=lambda port: tmp_dir / f"{module.rsplit('.', 1)[-1]}-{port}.log",
+                       env=server_env(env), cwd=REPO, name=module, start_timeout=startup_s) as server:
         yield server
-    finally:
-        stop_process(proc)
 
 
 @contextlib.contextmanager
 def stub_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, api_key: str = API_KEY) -> Iterator[Target]:
     """The stub engine served by uvicorn in its own process, on loopback."""
     with module_server(tmp_dir, "engine_plugins.engines.stub", "--api-key", api_key, *args, env=env) as server:
-        yield Target(name="stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail, signal=server.signal)
+        yield Target(name="stub", url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail, signal=server.signal,
+                     process=server)
 
 
 # The targets that are real engine servers: the suite gives them fewer, longer rounds (the fuzz,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from engine_versions import SUPPORTED
-from targets import API_KEY, REPO, Target, group_signal, make_checkpoints, module_server
+from targets import API_KEY, REPO, Target, make_checkpoints, module_server
 
 
 @contextlib.contextmanager
@@ -26,7 +26,8 @@ def sglang_fake_server(tmp_dir: Path, *args: str, env: Optional[dict] = None, ap
                        name: str = "sglang-stub") -> Iterator[Target]:
     """The SGLang fake with the plugin, in its own process on loopback."""
     with module_server(tmp_dir, "fakes.sglang", "--api-key", api_key, *args, env=env) as server:
-        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail, signal=server.signal)
+        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail, signal=server.signal,
+                     process=server)
 
 
 # Extra flags for the real server. Seeds would need --enable-deterministic-inference, which SGLang
@@ -54,7 +55,8 @@ def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS,
     with server:
         name = name or ("sglang" if version is None else f"sglang@{version}")
         yield Target(name=name, url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False, real=True,
-                     signal=group_signal(server.process.pid), checkpoints=checkpoints)
+                     signal=server.server_process.signal, checkpoints=checkpoints,
+                     process=server.server_process)
 
 
 # Data parallelism: ``--dp-size 2`` puts SGLang's data-parallel controller between the

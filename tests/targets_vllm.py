@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from engine_versions import SUPPORTED
-from targets import API_KEY, REPO, TESTS, Target, group_signal, make_checkpoints, module_server
+from targets import API_KEY, REPO, TESTS, Target, make_checkpoints, module_server
 
 # The test-only weight-transfer backend's worker extension (its module is under tests/).
 FILE_TRANSFER_EXTENSION = "swap.file_transfer.FileTransferWorkerExtension"
@@ -24,7 +24,8 @@ def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY, env: dic
                      name: str = "vllm-stub") -> Iterator[Target]:
     """The fake AsyncLLM with the real plugin, served by uvicorn in its own process."""
     with module_server(tmp_dir, "fakes.vllm", "--api-key", api_key, *args, env=env) as server:
-        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail, signal=server.signal)
+        yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, log_tail=server.log_tail, signal=server.signal,
+                     process=server)
 
 
 @contextlib.contextmanager
@@ -49,7 +50,8 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
         # The other servers: the whole log, which their startup-log tests read.
         yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, real=True,
                      log_tail=lambda: server.log_tail(80 if name == "vllm" else 1_000_000),
-                     signal=group_signal(server.process.pid), checkpoints=checkpoints)
+                     signal=server.server_process.signal, checkpoints=checkpoints,
+                     process=server.server_process)
 
 
 TARGETS = {

@@ -24,7 +24,7 @@ STARTUP_S = 30.0
 
 @contextlib.contextmanager
 def stub_process(tmp_dir: Path, *args: str, api_key: Optional[str] = None) -> Iterator[ServerProcess]:
-    """A stub engine on a free loopback port; always stopped (``.proc.kill()`` makes it disappear)."""
+    """A stub engine on a free loopback port; always stopped (``.kill()`` makes it disappear)."""
     key_args = ("--api-key", api_key) if api_key else ()
     with module_server(tmp_dir, "engine_plugins.engines.stub", *key_args, *args, startup_s=STARTUP_S) as server:
         yield server

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 from pathlib import Path
 from typing import Iterator
 
@@ -22,23 +21,23 @@ import pytest
 
 from engine_plugins.client import ServerClient
 from engine_plugins.client.errors import ServerError
-from targets import API_KEY, REPO, module_server
+from targets import TARGETS, Target
 
 from .helpers import start_generations, wait_in_flight
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub", "vllm", "vllm-stub")]
 
-FAKES = {"sglang-stub": "fakes.sglang", "vllm-stub": "fakes.vllm"}
-
 
 class OwnServer:
     """A server of the target's kind that the test may stop, continue or kill."""
 
-    def __init__(self, url: str, proc: subprocess.Popen, real: bool) -> None:
-        self.url = url
-        self.proc = proc
-        self.pid = proc.pid
-        self.real = real
+    def __init__(self, target: Target) -> None:
+        self.url = target.url
+        self.api_key = target.api_key
+        assert target.process is not None, f"setup: target {target.name} has no process of its own"
+        self.process = target.process
+        self.pid = target.process.pid
+        self.real = target.real
 
     def kill_engine(self) -> None:
         """Kill the engine: on a real server the processes the API server spawned (vLLM's engine
@@ -65,17 +64,9 @@ def _children(pid: int) -> list[int]:
 
 @contextlib.contextmanager
 def own_server(target_name: str, tmp: Path) -> Iterator[OwnServer]:
-    if target_name in FAKES:
-        with module_server(tmp, FAKES[target_name], "--api-key", API_KEY) as server:
-            yield OwnServer(server.url, server.proc, real=False)
-        return
-    from tools.launcher.engine_server import EngineServer, ensure_engine
-
-    ensure_engine(target_name, REPO)
-    env = {"VLLM_PLUGINS": "engine_plugins"} if target_name == "vllm" else {}
-    server = EngineServer(target_name, REPO, api_key=API_KEY, env=env, log_path=tmp / f"{target_name}-faults.log")
-    with server:
-        yield OwnServer(server.url, server.process, real=True)
+    """A server of its own, set up as the session's target *target_name* is (tests/targets*.py)."""
+    with TARGETS[target_name](tmp) as own:
+        yield OwnServer(own)
 
 
 async def test_a_server_that_stops_answering_times_out_and_loses_nothing_once_it_answers(target):
@@ -100,7 +91,7 @@ async def test_a_server_that_stops_answering_times_out_and_loses_nothing_once_it
 
 async def test_an_engine_that_dies_during_an_abort_with_wait_ends_the_wait_with_an_error(target, tmp_path):
     with own_server(target.name, tmp_path) as server:
-        async with ServerClient(server.url, api_key=API_KEY) as client:
+        async with ServerClient(server.url, api_key=server.api_key) as client:
             generations = start_generations(client, 4, max_new_tokens=2000, prefix="dies")
             await wait_in_flight(client, 4, generations)
             server.kill_engine()
@@ -112,10 +103,10 @@ async def test_an_engine_that_dies_during_an_abort_with_wait_ends_the_wait_with_
             # A server whose engine died goes away as a whole (SGLang's watchdog, vLLM's
             # engine-dead handler), rather than accepting calls it can never answer.
             for _ in range(240):
-                if server.proc.poll() is not None:
+                if server.process.poll() is not None:
                     break
                 await asyncio.sleep(0.5)
-            exited = server.proc.poll() is not None
+            exited = server.process.poll() is not None
             with pytest.raises(ServerError) as after:
                 await client.loads(timeout_s=5)
     # The wait ends: with an error (the server went away or failed the call), or where the

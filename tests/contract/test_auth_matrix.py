@@ -75,7 +75,7 @@ def server_for(target_name: str, case: Case, tmp: Path) -> Iterator[tuple[str, P
     if target_name.endswith("-stub"):
         module = "fakes.sglang" if target_name.startswith("sglang") else "fakes.vllm"
         with module_server(tmp, module, *case.engine_args, env=env) as server:
-            yield server.url, server.log
+            yield server.url, server.log_path
         return
     from tools.launcher.engine_server import EngineServer, ensure_engine
 

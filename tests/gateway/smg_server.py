@@ -9,16 +9,15 @@ worker, and also guards smg's own routes, so the tests call smg with the same ke
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import httpx
 
-from targets import REPO, free_port, stop_process
+from tools.launcher.spawn import ServerProcess, StartError
+from targets import REPO, free_port
 
 # smg polls each worker's /v1/loads every this many seconds (its default is 10).
 LOAD_MONITOR_INTERVAL_S = 1
@@ -32,8 +31,7 @@ class SmgGateway:
     url: str
     api_key: str
     worker_urls: list[str]
-    log: Path
-    proc: subprocess.Popen
+    process: ServerProcess
 
     def headers(self) -> dict[str, str]:
         """The bearer header for smg's routes."""
@@ -41,7 +39,7 @@ class SmgGateway:
 
     def log_tail(self, n: int = 80) -> str:
         """The last *n* lines of smg's log."""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:]) if self.log.exists() else ""
+        return self.process.log_tail(n)
 
 
 def smg_command(port: int, metrics_port: int, worker_urls: Sequence[str], api_key: str) -> list[str]:
@@ -58,35 +56,34 @@ def smg_command(port: int, metrics_port: int, worker_urls: Sequence[str], api_ke
     ]
 
 
+def lists_ready(worker_urls: Sequence[str], api_key: str, listed: dict) -> Callable[[ServerProcess], bool]:
+    """smg's readiness: ``GET /v1/rl/workers`` lists every one of *worker_urls* as ready. What it
+    listed last is kept in *listed*, for the error of an smg that never gets there."""
+    wanted = set(worker_urls)
+
+    def ready(smg: ServerProcess) -> bool:
+        answer = httpx.get(smg.url + "/v1/rl/workers", headers={"Authorization": f"Bearer {api_key}"}, timeout=2)
+        if answer.status_code != 200:
+            return False
+        listed.clear()
+        listed.update({w["url"]: w["health"] for w in answer.json()["workers"]})
+        return wanted <= {url for url, health in listed.items() if health == "ready"}
+
+    return ready
+
+
 @contextlib.contextmanager
 def smg_gateway(tmp_dir: Path, worker_urls: Sequence[str], api_key: str) -> Iterator[SmgGateway]:
     """smg in front of *worker_urls*, yielded once its discovery lists every one of them ready."""
-    port = free_port()
-    log = tmp_dir / f"smg-{port}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(smg_command(port, free_port(), worker_urls, api_key), stdout=out,
-                                stderr=subprocess.STDOUT, cwd=REPO)
-    gateway = SmgGateway(f"http://127.0.0.1:{port}", api_key, list(worker_urls), log, proc)
-    try:
-        _wait_ready(gateway)
-        yield gateway
-    finally:
-        stop_process(proc)
-
-
-def _wait_ready(gateway: SmgGateway) -> None:
-    """Until ``GET /v1/rl/workers`` lists every worker URL as ready; fail with smg's log if not."""
-    end = time.monotonic() + STARTUP_S
-    wanted = set(gateway.worker_urls)
     listed: dict = {}
-    while time.monotonic() < end:
-        if gateway.proc.poll() is not None:
-            raise RuntimeError(f"smg exited with {gateway.proc.returncode}:\n{gateway.log_tail()}")
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            answer = httpx.get(gateway.url + "/v1/rl/workers", headers=gateway.headers(), timeout=2)
-            if answer.status_code == 200:
-                listed = {w["url"]: w["health"] for w in answer.json()["workers"]}
-                if wanted <= {url for url, health in listed.items() if health == "ready"}:
-                    return
-        time.sleep(0.1)
-    raise RuntimeError(f"smg did not list {sorted(wanted)} as ready within {STARTUP_S} s (listed {listed}):\n{gateway.log_tail()}")
+    smg = ServerProcess(lambda port: smg_command(port, free_port(), worker_urls, api_key),
+                        log_path=lambda port: tmp_dir / f"smg-{port}.log", cwd=REPO, name="smg",
+                        ready=lists_ready(worker_urls, api_key, listed), start_timeout=STARTUP_S)
+    try:
+        smg.start()
+    except StartError as exc:
+        raise StartError(f"smg did not list {sorted(worker_urls)} as ready (last listed {listed}): {exc}") from None
+    try:
+        yield SmgGateway(smg.url, api_key, list(worker_urls), smg)
+    finally:
+        smg.stop()

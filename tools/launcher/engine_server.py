@@ -17,31 +17,23 @@ Typical fixture::
 from __future__ import annotations
 
 import atexit
-import ctypes
-import functools
 import glob
 import os
-import signal
-import socket
 import subprocess
-import sys
 import time
 import weakref
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
-import httpx
-
 from tools.launcher import cpu
 from tools.launcher.plugin_site import plugin_site
+from tools.launcher.spawn import LOOPBACK, ServerProcess, StartError, free_loopback_port, log_tail
 
 Engine = Literal["vllm", "sglang"]
 ENGINES: tuple[str, ...] = ("vllm", "sglang")
 # Same variable as scripts/setup-engines.sh: a cache outside the clone survives fresh clones.
 ENGINES_DIR_ENV = "ENGINE_PLUGINS_ENGINES_DIR"
-LOOPBACK = "127.0.0.1"
 # vLLM answered /health about 45 s after start here, SGLang after 16-28 s; a loaded two-core
 # machine can be several times slower.
 HEALTH_TIMEOUT_S = 300.0
@@ -56,7 +48,7 @@ class EngineSetupError(RuntimeError):
     """The engine's virtualenv or the tiny model could not be made, or is not there."""
 
 
-class EngineStartError(RuntimeError):
+class EngineStartError(StartError):
     """The server exited or never became healthy; the message ends with its log tail."""
 
 
@@ -139,78 +131,13 @@ def ensure_engine(engine: Engine, repo_root: Path, *, timeout: float = SETUP_TIM
                 )
             except subprocess.TimeoutExpired:
                 raise EngineSetupError(
-                    f"{' '.join(command)} took over {timeout:.0f} s; log {log_path}:\n{_tail(log_path, 40)}"
+                    f"{' '.join(command)} took over {timeout:.0f} s; log {log_path}:\n{log_tail(log_path, 40)}"
                 ) from None
         if result.returncode != 0:
             raise EngineSetupError(
-                f"{' '.join(command)} exited {result.returncode}; log {log_path}:\n{_tail(log_path, 40)}"
+                f"{' '.join(command)} exited {result.returncode}; log {log_path}:\n{log_tail(log_path, 40)}"
             )
     return paths
-
-
-# Flags whose value is a secret: never written to a log.
-SECRET_FLAGS = ("--api-key", "--admin-api-key")
-
-
-def shown_command(command: Sequence[str]) -> list[str]:
-    """*command* as it may be logged: the values of :data:`SECRET_FLAGS` masked."""
-    shown = list(command)
-    for i, arg in enumerate(shown):
-        if arg in SECRET_FLAGS and i + 1 < len(shown):
-            shown[i + 1] = "***"
-        elif arg.startswith(tuple(f + "=" for f in SECRET_FLAGS)):
-            shown[i] = arg.split("=", 1)[0] + "=***"
-    return shown
-
-
-def free_loopback_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
-
-
-def _tail(path: Path, n: int) -> str:
-    """The last `n` lines of a text file, or a note if it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            lines = deque(f, maxlen=n)
-    except OSError as exc:
-        return f"(no log: {exc})"
-    return b"".join(lines).decode("utf-8", errors="replace")
-
-
-def _group_alive(pgid: int) -> bool:
-    """True while any non-zombie process is in process group `pgid`.
-
-    Zombies are skipped: once the group leader is reaped, orphaned children that already exited
-    may linger unreaped (e.g. under a container's PID 1) and must not look like a live server.
-    """
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        entries = None
-    if entries is None:  # no /proc: fall back to the signal probe, which counts zombies too
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited while we looked
-        # Fields after the command name, which may hold spaces and parentheses: state ppid pgrp ...
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != b"Z":
-            return True
-    return False
 
 
 def _paths_in_use(paths: set[str]) -> set[str]:
@@ -254,7 +181,8 @@ def _stop_leftover_servers() -> None:
 
 
 class EngineServer:
-    """One real engine server process tree on 127.0.0.1, started in its own session.
+    """One real engine server process tree on 127.0.0.1, started by :class:`~.spawn.ServerProcess`
+    (its own process group, stopped as a whole, and stopped if the starting process dies).
 
     Use as a context manager (``with EngineServer("sglang", repo_root) as server: ...``) or call
     ``start()`` and ``stop()``. The engine's venv and the tiny model must exist
@@ -301,7 +229,7 @@ class EngineServer:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             log_path = checkout_dir(self.repo_root) / "logs" / f"{engine}-{stamp}-{self.port}.log"
         self.log_path = Path(log_path)
-        self.process: subprocess.Popen[bytes] | None = None
+        self.server_process: ServerProcess | None = None
         self.startup_seconds: float | None = None
         self._shm_before: set[str] = set()
         self._stopped = False
@@ -398,7 +326,7 @@ class EngineServer:
         tail) if the process exits first or is not healthy within `health_timeout` seconds; the
         process tree is stopped before either error propagates.
         """
-        if self.process is not None:
+        if self.server_process is not None:
             raise RuntimeError("EngineServer.start() called twice; make a new EngineServer")
         if not self.paths.python.exists():
             raise EngineSetupError(
@@ -407,58 +335,35 @@ class EngineServer:
             )
         if not (self.model_dir / "config.json").is_file():
             raise EngineSetupError(f"no model at {self.model_dir}: run scripts/make_tiny_model.py")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._shm_before = set(glob.glob(SGLANG_SHM_GLOB))
-        started = time.monotonic()
-        with open(self.log_path, "ab") as log:
-            log.write(f"$ {' '.join(shown_command(self.command()))}\n".encode())
-            profile = self.cpu_profile
-            log.write(f"[EngineServer] CPU profile {self.cpu_profile_name}: env {profile.environment(self.engine)}, "
-                      f"cores {profile.resolve(profile.engine_cores) or 'any'}, niceness {profile.niceness}\n".encode())
-            log.flush()
-            # Own session: SIGTERM/SIGKILL reach the whole tree (API server, engine core, workers,
-            # scheduler, detokenizer) through the process group, and a Ctrl-C in the test
-            # terminal does not hit the server mid-shutdown.
-            # Placed by the CPU profile (priority, cores): on two cores a generating engine's busy
-            # threads can starve its own client (launcher/cpu.py, docs/cpu-tuning.md).
-            self.process = subprocess.Popen(
-                self.command(), cwd=self.repo_root, env=self.environment(),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=functools.partial(_in_child_before_exec, self.cpu_profile),
-            )
+        profile = self.cpu_profile
+        # The spawner's own process group stops the whole tree (API server, engine core, workers,
+        # scheduler, detokenizer). Placed by the CPU profile (priority, cores): on two cores a
+        # generating engine's busy threads can starve its own client (launcher/cpu.py,
+        # docs/cpu-tuning.md).
+        self.server_process = ServerProcess(
+            self.command(), port=self.port, log_path=self.log_path, env=self.environment(), cwd=self.repo_root,
+            headers=self.headers(), name=f"{self.engine} server", start_timeout=self.health_timeout,
+            stop_grace=self.stop_grace, poll_interval=0.5, request_timeout=5.0, before_exec=profile.place_engine,
+            log_header=[f"[EngineServer] CPU profile {self.cpu_profile_name}: env {profile.environment(self.engine)}, "
+                        f"cores {profile.resolve(profile.engine_cores) or 'any'}, niceness {profile.niceness}"],
+        )
         _running.add(self)
         try:
-            self._wait_healthy(started)
+            self.server_process.start()
+        except StartError as exc:
+            self.stop()
+            raise EngineStartError(str(exc)) from None
         except BaseException:
             self.stop()
             raise
-        self.startup_seconds = time.monotonic() - started
+        self.startup_seconds = self.server_process.startup_seconds
         return self
 
-    def _wait_healthy(self, started: float) -> None:
-        """Polls GET /health until 200; fails at once if the server process exits."""
-        assert self.process is not None
-        deadline = started + self.health_timeout
-        # Short timeouts: a starting server refuses connections, a busy one may not answer at once.
-        with httpx.Client(timeout=5.0, headers=self.headers()) as client:
-            while True:
-                code = self.process.poll()
-                if code is not None:
-                    raise EngineStartError(
-                        f"{self.engine} server exited with code {code} before it was healthy; "
-                        f"log {self.log_path}:\n{self.log_tail(60)}"
-                    )
-                try:
-                    if client.get(f"{self.url}/health").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass  # not listening yet
-                if time.monotonic() > deadline:
-                    raise EngineStartError(
-                        f"{self.engine} server not healthy after {self.health_timeout:.0f} s; "
-                        f"log {self.log_path}:\n{self.log_tail(60)}"
-                    )
-                time.sleep(0.5)
+    @property
+    def process(self) -> "subprocess.Popen[bytes] | None":
+        """The server's main process (None before ``start()``); it leads the server's process group."""
+        return self.server_process.process if self.server_process is not None else None
 
     def stop(self) -> int | None:
         """Stops the whole process tree and returns the server's exit code (None if never started).
@@ -467,37 +372,13 @@ class EngineServer:
         after `stop_grace` seconds. Also removes the ``/dev/shm/sglang_loads_*`` files that
         appeared while this server ran. Safe to call more than once.
         """
-        process = self.process
-        if process is None or self._stopped:
-            return None if process is None else process.returncode
+        if self.server_process is None or self._stopped:
+            return None if self.server_process is None else self.server_process.poll()
         self._stopped = True
         _running.discard(self)
-        pgid = process.pid  # start_new_session made the server its group's leader
-        deadline = time.monotonic() + self.stop_grace
-        self._signal_group(pgid, signal.SIGTERM)
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        # Children (vLLM's engine core, SGLang's scheduler) may outlive the leader briefly.
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if process.poll() is None or _group_alive(pgid):
-            self._note(f"still running {self.stop_grace:.0f} s after SIGTERM; sending SIGKILL to the group")
-            self._signal_group(pgid, signal.SIGKILL)
-            process.wait()
-            kill_deadline = time.monotonic() + 5.0
-            while _group_alive(pgid) and time.monotonic() < kill_deadline:
-                time.sleep(0.1)
+        code = self.server_process.stop()
         self._remove_own_shm_files()
-        return process.returncode
-
-    def _signal_group(self, pgid: int, sig: signal.Signals) -> None:
-        """Sends `sig` to the group; a group that is already gone is not an error."""
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            pass
+        return code
 
     def _remove_own_shm_files(self) -> None:
         """Deletes the SGLang load files that appeared after this server started.
@@ -514,17 +395,9 @@ class EngineServer:
             except FileNotFoundError:
                 pass
 
-    def _note(self, message: str) -> None:
-        """Appends a line to the server log, so the log tells why the server died."""
-        try:
-            with open(self.log_path, "a") as log:
-                log.write(f"[EngineServer] {message}\n")
-        except OSError:
-            print(f"[EngineServer] {message}", file=sys.stderr)
-
     def log_tail(self, n: int = 50) -> str:
         """The last `n` lines of the server's log (stdout and stderr)."""
-        return _tail(self.log_path, n)
+        return log_tail(self.log_path, n)
 
     def __enter__(self) -> "EngineServer":
         """Starts the server (stopping it again if the start fails)."""
@@ -538,23 +411,3 @@ class EngineServer:
         """Engine, URL and pid, for test output."""
         pid = self.process.pid if self.process else None
         return f"EngineServer({self.engine!r}, url={self.url!r}, pid={pid})"
-
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _in_child_before_exec(profile: cpu.CpuProfile) -> None:
-    """Run in the server's child before exec: its CPU placement, and SIGTERM when we die.
-
-    atexit stops the servers of a process that exits; a process that is killed (a CI time-out,
-    SIGKILL) runs no atexit, and its engines would keep a core busy for whoever runs next. The
-    kernel's parent-death signal stops the server's leader, whose own handler stops its tree.
-    The kernel sends it when the *thread* that started the server ends: start servers from a
-    thread that outlives them (the tests and the demo use the main thread).
-    """
-    profile.place_engine()
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass  # no prctl here: atexit is the only guard
