@@ -11,10 +11,11 @@ import subprocess
 import pytest
 
 from engine_plugins.engines import patching
+from tools import overlays
 from engine_plugins.cli import main
 from engine_versions import REPO, SUPPORTED, wheel_source
 
-PATCHES = patching.available_patches(REPO / "patches")
+PATCHES = patching.available_patches()  # the package's own (the repository's patches/ links to them)
 
 
 @pytest.fixture(scope="session")

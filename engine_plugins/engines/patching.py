@@ -9,7 +9,6 @@ patch made for exactly that version, and checks or applies it with GNU ``patch``
 from __future__ import annotations
 
 import json
-import os
 import py_compile
 import re
 import shutil

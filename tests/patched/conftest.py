@@ -2,7 +2,7 @@
 patch (patches/), with the plugin NOT loaded, so that the checks see the engines' own routes.
 
 Each patched engine is an overlay beside the shared engine venvs
-(``<engines dir>/<engine>-patched/<version>/``, :func:`engine_plugins.engines.overlays.build_overlay`):
+(``<engines dir>/<engine>-patched/<version>/``, :func:`tools.overlays.build_overlay`):
 hard links of the engine's package with only the patched files replaced, put ahead of the venv's
 site-packages on ``PYTHONPATH``. Built by the first run on a machine (a second or so), reused after.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine_plugins.engines import patching
+from tools import overlays
 from tools.launcher.engine_server import EngineServer, engines_dir, ensure_engine
 from engine_versions import SUPPORTED
 from targets import API_KEY, REPO
