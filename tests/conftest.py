@@ -9,7 +9,7 @@ import pytest
 
 from engine_versions import SMOKE_ONLY, in_smoke
 from targets import DEDICATED_TARGETS, OPT_IN_TARGETS, TARGETS, Target
-from tiers import REAL_TARGETS, add_quick_option, mark_tiers, targets_of
+from tiers import REAL_TARGETS, add_quick_option, group_by_target, mark_tiers, targets_of
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,8 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # First, so that -m sees the tier markers (tiers.py: real, fake, stub).
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_tiers(items)
+    group_by_target(config, items)
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("target") in REAL_TARGETS:

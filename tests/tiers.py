@@ -21,8 +21,8 @@ STUB = "stub"
 # (tests/patched/) and the real vLLM without the plugin (tests/client/test_real_native.py).
 REAL_ENGINE_MARKS = ("patched_engine", "native_vllm")
 
-# The quick loop (make test-quick, pytest --quick) runs this share of the fuzz examples and
-# race-soak rounds; make test runs them all.
+# The quick loop (make test-quick, pytest --quick) runs this share of the fuzz examples and of the
+# soaks' rounds (the race soak, the abort-then-pause race); make test runs them all.
 QUICK_SHARE = 0.1
 
 
@@ -66,7 +66,7 @@ def mark_tiers(items: list[pytest.Item]) -> None:
 def add_quick_option(parser: pytest.Parser) -> None:
     """The ``--quick`` switch: fewer fuzz examples and soak rounds (make test-quick)."""
     parser.addoption("--quick", action="store_true", default=False,
-                     help=f"the quick loop: {QUICK_SHARE:.0%} of the fuzz examples and race-soak rounds")
+                     help=f"the quick loop: {QUICK_SHARE:.0%} of the fuzz examples and soak rounds")
 
 
 def rounds(config: pytest.Config, full: int) -> int:
@@ -75,3 +75,14 @@ def rounds(config: pytest.Config, full: int) -> int:
     if not config.getoption("quick"):
         return full
     return max(1, round(full * QUICK_SHARE))
+
+
+def group_by_target(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n``), keep each target's tests on one worker (``--dist loadgroup``),
+    so that each target's server starts once, not once per worker."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "target" in callspec.params:
+            item.add_marker(pytest.mark.xdist_group(callspec.params["target"]))
