@@ -8,7 +8,7 @@ DEMO_ARGS ?=
 BENCH_FIGURES ?=
 BENCH_ROUNDS ?=
 
-.PHONY: setup engines test test-releases test-fast demo bench clean fresh-machine-check
+.PHONY: setup engines test test-releases test-quick test-fast demo bench clean fresh-machine-check
 
 # The development environment: this package, editable, with its test tools.
 $(VENV)/.installed: pyproject.toml
@@ -39,9 +39,16 @@ RELEASE_TARGETS = $(shell awk '!/^\#/ && NF && $$4 == "real" && $$5 == "-" { pri
 test-releases: setup engines
 	$(VENV)/bin/python -m pytest tests/contract tests/sglang tests/vllm tests/test_engine_versions.py$(RELEASE_TARGETS) $(PYTEST_ARGS)
 
-# Only what needs no real engine (seconds).
-test-fast: setup
-	$(VENV)/bin/python -m pytest -m "not real" --target stub $(PYTEST_ARGS)
+# The quick loop: everything that needs no real engine (the contract suite on the stub and on every
+# fake of both engines, the unit and client tests), with a tenth of the fuzz examples and soak
+# rounds (--quick), on QUICK_WORKERS pytest-xdist workers, each target's tests on one of them.
+# make test runs all of it in full, one test at a time, and the real engines.
+QUICK_WORKERS ?= 4
+test-quick: setup
+	$(VENV)/bin/python -m pytest -m "not real" --quick -n $(QUICK_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+# The former name of test-quick.
+test-fast: test-quick
 
 # An asynchronous RL loop on a real engine with the plugin (examples/): ENGINE=vllm (default) or
 # ENGINE=sglang; DEMO_ARGS e.g. "--steps 12 --swap-mode abort". Its plot needs matplotlib.
@@ -55,7 +62,7 @@ bench: $(VENV)/.bench-installed engines
 	BENCH_FIGURES=$(BENCH_FIGURES) BENCH_ROUNDS=$(BENCH_ROUNDS) $(VENV)/bin/python -m benchmarks.run
 
 # A new user's first run, on this machine: a fresh clone with every cache empty, the set-up, make demo
-# on each engine, the quick tests (FULL=1: and make test); prints each step's time and disk, cleans up.
+# on each engine, make test-quick (FULL=1: and make test); prints each step's time and disk, cleans up.
 fresh-machine-check:
 	bash scripts/fresh-machine-check.sh $(if $(FULL),--full)
 

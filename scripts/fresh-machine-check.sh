@@ -58,7 +58,7 @@ step setup make setup engines
 step bench-setup make .venv/.bench-installed
 step demo-vllm make demo ENGINE=vllm
 step demo-sglang make demo ENGINE=sglang
-step test-fast make test-fast
+step test-quick make test-quick
 if (( FULL )); then step test make test; fi
 
 log "summary ($(git rev-parse --short HEAD), empty caches):"

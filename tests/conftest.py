@@ -7,9 +7,9 @@ from typing import ContextManager, Iterator, Optional, Union
 
 import pytest
 
-from engine_versions import SMOKE_ONLY, VERSION_TARGETS, in_smoke
+from engine_versions import SMOKE_ONLY, in_smoke
 from targets import DEDICATED_TARGETS, OPT_IN_TARGETS, TARGETS, Target
-from targets import REAL_TARGETS as REAL_ENGINE_TARGETS
+from tiers import REAL_TARGETS, add_quick_option, group_by_target, mark_tiers, targets_of
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -20,6 +20,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"run the contract suite against these targets only (default: all of {', '.join(TARGETS)}, "
         f"except {', '.join(sorted(OPT_IN_TARGETS))}, which run only when named)",
     )
+    add_quick_option(parser)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -44,7 +45,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # behaviour, when it cannot arrange its situation in time. The engines' CPU placement
 # (tools/launcher/cpu.py) is what keeps that from happening; a rerun is only the last
 # guard against a machine that stalls anyway, and the summary counts them ("rerun").
-REAL_TARGETS = {*REAL_ENGINE_TARGETS, *VERSION_TARGETS}
 SETUP_RERUNS = 2
 
 
@@ -55,7 +55,11 @@ def pytest_configure(config: pytest.Config) -> None:
     selected_profile()[1].place_client()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# First, so that -m sees the tier markers (tiers.py: real, fake, stub).
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_tiers(items)
+    group_by_target(config, items)
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("target") in REAL_TARGETS:
@@ -106,17 +110,6 @@ class RunningTargets:
         manager, _ = self.running.pop(name, (None, None))
         if manager is not None:
             manager.__exit__(None, None, None)
-
-
-def targets_of(item: pytest.Item) -> set[str]:
-    """The targets *item* uses: its ``target`` parameter and its ``uses_targets`` marks."""
-    names: set[str] = set()
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None and "target" in callspec.params:
-        names.add(callspec.params["target"])
-    for mark in item.iter_markers("uses_targets"):
-        names.update(mark.args)
-    return names
 
 
 _running: Optional[RunningTargets] = None

@@ -108,4 +108,4 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "native_vllm: drives a real vLLM without the plugin (belongs to the vllm target)")
+    config.addinivalue_line("markers", "native_vllm: drives a real vLLM without the plugin (belongs to the vllm target; so: real, tests/tiers.py)")

@@ -15,7 +15,7 @@ from .helpers import wait_until
 REPO = Path(__file__).resolve().parents[2]
 KEY = "native-vllm-key"
 
-pytestmark = [pytest.mark.anyio, pytest.mark.real, pytest.mark.native_vllm]
+pytestmark = [pytest.mark.anyio, pytest.mark.native_vllm]
 
 
 @pytest.fixture(scope="module")

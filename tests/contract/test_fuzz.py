@@ -51,7 +51,7 @@ from engine_plugins.contract.schema import (
     SamplingParams,
     UpdateWeightVersionRequest,
 )
-
+from tiers import rounds
 
 from .api import ANSWERS, DEADLINE_S, assert_partial
 
@@ -465,7 +465,7 @@ def check_answer(example: Example, response: httpx.Response, max_new: Optional[i
         assert data["cancelled"] is False and data["finish_reason"] in ("stop", "length"), what
 
 
-def test_fuzzed_requests_never_fail_the_server_nor_the_generation_running(target):
+def test_fuzzed_requests_never_fail_the_server_nor_the_generation_running(target, pytestconfig):
     real = target.real
     headers = {"Authorization": f"Bearer {target.api_key}"}
     survivors = Survivors(target)
@@ -476,7 +476,7 @@ def test_fuzzed_requests_never_fail_the_server_nor_the_generation_running(target
             wait_in_flight(http, 1)
 
             @settings(
-                max_examples=EXAMPLES["real" if real else "fast"],
+                max_examples=rounds(pytestconfig, EXAMPLES["real" if real else "fast"]),
                 deadline=None,
                 database=None,
                 print_blob=True,

@@ -33,7 +33,7 @@ import httpx
 import pytest
 
 from engine_plugins.contract.schema import ErrorBody
-
+from tiers import rounds as quick_rounds
 
 from .api import ANSWERS, Api, assert_partial
 
@@ -271,9 +271,9 @@ def new_log_lines(before: list[str], now: list[str]) -> list[str]:
     return now
 
 
-async def test_race_soak_leaves_every_round_idle_well_answered_and_fenced(target):
+async def test_race_soak_leaves_every_round_idle_well_answered_and_fenced(target, pytestconfig):
     real = target.real
-    rounds = ROUNDS["real" if real else "fast"]
+    rounds = quick_rounds(pytestconfig, ROUNDS["real" if real else "fast"])
     tail = target.log_tail().splitlines()
     new_tracebacks: list[str] = []
     started = time.monotonic()

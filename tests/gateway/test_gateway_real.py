@@ -16,7 +16,7 @@ from targets import API_KEY
 
 from .tier import Smg, check_discovery, check_fanouts, check_loads_accepted
 
-pytestmark = [pytest.mark.anyio, pytest.mark.real, pytest.mark.uses_targets("sglang", "vllm")]
+pytestmark = [pytest.mark.anyio, pytest.mark.uses_targets("sglang", "vllm")]
 
 
 async def test_smg_detects_sglang_and_vllm(real_gateway, real_pair):

@@ -71,7 +71,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "patched_engine(engine): drives a real patched engine without the plugin")
+    config.addinivalue_line("markers", "patched_engine(engine): drives a real patched engine without the plugin (so: real, tests/tiers.py)")
 
 
 # The SGLang releases whose patched server runs the checks: the pinned 0.5.23, and 0.5.20 for the

@@ -10,7 +10,7 @@ import pytest
 
 from .native import Native
 
-pytestmark = [pytest.mark.anyio, pytest.mark.real, pytest.mark.patched_engine("sglang")]
+pytestmark = [pytest.mark.anyio, pytest.mark.patched_engine("sglang")]
 
 # About 5 s of decoding with the tiny model: no request finishes while a test arranges things.
 LONG = 1500

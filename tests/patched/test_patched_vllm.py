@@ -18,7 +18,7 @@ from engine_versions import SUPPORTED
 from .conftest import patched_overlay
 from .native import Native
 
-pytestmark = [pytest.mark.anyio, pytest.mark.real, pytest.mark.patched_engine("vllm")]
+pytestmark = [pytest.mark.anyio, pytest.mark.patched_engine("vllm")]
 
 # About 7 s of decoding with vLLM's tiny model: no request finishes while a test arranges things.
 LONG = 1500

@@ -8,8 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,14 @@ from engine_plugins.contract.errors import StartupError
 from engine_plugins.fanout.peers import Link, PeerError, Peers, PeerSilent
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def tmp_path():
+    """A short private directory instead of pytest's: a socket's path has at most 107 bytes, which
+    pytest's own passes under pytest-xdist (``.../popen-gw0/<test name>/``)."""
+    with tempfile.TemporaryDirectory(prefix="peers-") as directory:
+        yield Path(directory)
 
 
 @pytest.fixture
