@@ -246,7 +246,26 @@ class RolloutControl:
 
         A bump to the version in force is a no-op (no new generation, nothing aborted): a
         client's retry after a lost answer, or a trainer that sends the same version with every
-        chunk of one weight swap, must not age every request by one more bump."""
+        chunk of one weight swap, must not age every request by one more bump.
+
+        The engine is set and the bump recorded together (the phases of a bump over several
+        front ends, :meth:`record_bump` on each of the others, run in a row here)."""
+        return await self._bump(new_version, abort_all_requests, self.seam.set_weight_version)
+
+    async def record_bump(self, new_version: str) -> UpdateWeightVersionResult:
+        """A bump another front end of the shared engine has set on it: record it in this
+        front end's order of versions and its requests' spans, and abort its requests the bump
+        makes too stale. A no-op where it is recorded already (a retry)."""
+
+        async def learn(version: str) -> None:
+            self.seam.note_weight_version(version)  # a SharedEngineSeam: no engine call
+
+        return await self._bump(new_version, False, learn)
+
+    async def _bump(self, new_version: str, abort_all_requests: bool,
+                    set_version: Callable[[str], Awaitable[None]]) -> UpdateWeightVersionResult:
+        """A bump, the engine's version set by *set_version* (the engine call, or the note of one
+        made elsewhere)."""
         self._notice_version_change()
         async with self._bumping:
             if new_version == self.versions.current_name:
@@ -257,7 +276,7 @@ class RolloutControl:
             if abort_all_requests:
                 aborted = (await self._abort_all("weight_version", self.abort_timeout_s)).aborted
             previous = self.seam.weight_version()
-            await self.seam.set_weight_version(new_version)
+            await set_version(new_version)
             self.registry.admit_under(self.versions.bump(new_version), new_version)
             for rid, changes in self._version_changes.items():
                 changes.append((len(self._latest[rid].output_ids), new_version))
@@ -355,26 +374,63 @@ class RolloutControl:
         are counted) and names the requests already admitted; the call returns once those are
         released, or after *timeout_s*, or when a resume ends the pause first. *clear_cache* is
         passed to the engine (vLLM's). *weight_swap*: the swap this pause begins, recorded with it.
+
+        The three phases of a pause over several front ends, in a row: :meth:`enter_pause`,
+        :meth:`pause_engine`, :meth:`finish_pause`.
         """
         timeout = self.abort_timeout_s if timeout_s is None else timeout_s
         async with self._pause_state:
-            if weight_swap is not None:
-                self.refuse_second_swap(weight_swap)
-            before = (self.pause_mode, self._refusing, self.weight_swap)
-            if weight_swap is not None:
-                self.weight_swap = weight_swap
-            self.pause_mode, self._refusing = mode, mode == "abort"
-            if mode == "wait":
-                self._draining = drain = asyncio.ensure_future(self._drain(timeout, clear_cache))
-            else:
-                try:
-                    await self.seam.pause(mode, clear_cache)
-                except BaseException:
-                    # The engine refused (vLLM under a prepared checkpoint): the contract is as it
-                    # was, so that /is_paused, the gate and a later pause tell the truth.
-                    self.pause_mode, self._refusing, self.weight_swap = before
-                    raise
+            before = self.enter_pause(mode, weight_swap)
+            try:
+                await self._pause_engine(mode, timeout, clear_cache)
+            except BaseException:
+                # The engine refused (vLLM under a prepared checkpoint): the contract is as it
+                # was, so that /is_paused, the gate and a later pause tell the truth.
+                self.pause_mode, self._refusing, self.weight_swap = before
+                raise
+        return await self.finish_pause(mode, timeout)
+
+    def enter_pause(self, mode: str, weight_swap: Optional[WeightSwap] = None,
+                    engine_elsewhere: bool = False) -> tuple:
+        """A pause's first phase: take *mode* (in ``abort`` mode new partial generations are
+        refused from now on, and requests the engine cuts are cut by the pause) and record
+        *weight_swap*. *engine_elsewhere*: another front end of the shared engine pauses it (this
+        one's seam is a SharedEngineSeam). Returns the state before, for an undo."""
+        if weight_swap is not None:
+            self.refuse_second_swap(weight_swap)
+        before = (self.pause_mode, self._refusing, self.weight_swap)
+        if weight_swap is not None:
+            self.weight_swap = weight_swap
+        self.pause_mode, self._refusing = mode, mode == "abort"
+        if engine_elsewhere:
+            self.seam.note_pause(True)
+        return before
+
+    async def pause_engine(self, mode: str, timeout_s: float, clear_cache: Optional[bool]) -> None:
+        """A pause's second phase, made once for the engine: pause it (``wait``: start its drain,
+        and this front end's share of it, which :meth:`finish_pause` waits for). Nothing, when a
+        resume has ended the pause since :meth:`enter_pause`."""
+        async with self._pause_state:
+            if self.pause_mode == mode:
+                await self._pause_engine(mode, timeout_s, clear_cache)
+
+    async def _pause_engine(self, mode: str, timeout_s: float, clear_cache: Optional[bool]) -> None:
         if mode == "wait":
+            self._draining = asyncio.ensure_future(self._drain(lambda: self.seam.drain(clear_cache), timeout_s))
+        else:
+            await self.seam.pause(mode, clear_cache)
+
+    async def finish_pause(self, mode: str, timeout_s: float, engine_elsewhere: bool = False) -> PauseState:
+        """A pause's third phase, on each front end: ``abort`` aborts this front end's requests,
+        ``wait`` waits for its admitted ones (ended early by a resume), within *timeout_s*;
+        ``keep`` has nothing to do. *engine_elsewhere*: another front end paused the engine."""
+        if mode == "wait":
+            async with self._pause_state:
+                if engine_elsewhere and self.pause_mode == "wait" and (self._draining is None or self._draining.done()):
+                    self._draining = asyncio.ensure_future(self._drain(self.seam.drain_share, timeout_s))
+                drain = self._draining
+            if drain is None:
+                return self.is_paused()  # a resume came first
             try:
                 await asyncio.shield(drain)
             except asyncio.CancelledError:
@@ -385,7 +441,7 @@ class RolloutControl:
             async with self._pause_state:
                 return self.is_paused()
         if mode == "abort":
-            await self._abort_all("pause", timeout)
+            await self._abort_all("pause", timeout_s)
         return self.is_paused()
 
     async def hold(self, mode: str, engine_pause: Callable[[], Awaitable[None]]) -> PauseState:
@@ -397,34 +453,45 @@ class RolloutControl:
             await engine_pause()
         return self.is_paused()
 
-    def refuse_new(self) -> None:
-        """Enter ``abort`` mode ahead of the pause itself: new partial generations are refused
-        and requests the engine cuts from now on are cut by the pause."""
-        self.pause_mode, self._refusing = "abort", True
-
-    async def _drain(self, timeout_s: float, clear_cache: Optional[bool]) -> bool:
-        """Close admission and wait for the admitted requests; False if *timeout_s* ran out."""
+    async def _drain(self, admitted: Callable[[], Awaitable[Sequence[InFlight]]], timeout_s: float) -> bool:
+        """Wait for the engine's drain (or this front end's share of one), which names the
+        admitted requests, then for those; False if *timeout_s* ran out."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
         try:
-            admitted = await asyncio.wait_for(self.seam.drain(clear_cache), timeout_s)
+            named = await asyncio.wait_for(admitted(), timeout_s)
         except asyncio.TimeoutError:
             return False
-        return await self.registry.wait_released(admitted, max(0.0, end - loop.time()))
+        return await self.registry.wait_released(named, max(0.0, end - loop.time()))
 
     async def resume(self) -> PauseState:
         """Resume, ending a drain under way; the engine is always told, so that a pause made
-        behind the contract's back (or one whose record was lost) is ended too."""
+        behind the contract's back (or one whose record was lost) is ended too. Over several
+        front ends, this is the resume of the front end that tells the engine; each of the
+        others then :meth:`leave_pause`."""
         async with self._pause_state:
-            drain, self._draining = self._draining, None
-            if drain is not None and not drain.done():
-                # Its engine call may be on its way: it must land before the resume, not after.
-                drain.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await drain
+            await self._end_drain()
             await self.seam.resume()
             self.pause_mode, self._refusing, self.weight_swap = None, False, None
         return self.is_paused()
+
+    async def leave_pause(self) -> PauseState:
+        """A resume made on the shared engine through another front end: end this front end's
+        drain, and its pause."""
+        async with self._pause_state:
+            await self._end_drain()
+            self.seam.note_pause(False)  # a SharedEngineSeam
+            self.pause_mode, self._refusing, self.weight_swap = None, False, None
+        return self.is_paused()
+
+    async def _end_drain(self) -> None:
+        """Cancel a wait pause's drain under way (under the pause-state lock)."""
+        drain, self._draining = self._draining, None
+        if drain is not None and not drain.done():
+            # Its engine call may be on its way: it must land before the resume, not after.
+            drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drain
 
     def is_paused(self) -> PauseState:
         """The pause state: the engine's own where it can tell (a pause through its own routes,

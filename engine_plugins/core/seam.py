@@ -107,3 +107,23 @@ class EngineSeam(Protocol):
 
     def api_keys(self) -> list[str]:
         """Bearer keys the engine itself is configured with (empty when it has none)."""
+
+
+class SharedEngineSeam(EngineSeam, Protocol):
+    """The seam of one front end of an engine that several front ends share (vLLM's API server
+    processes over one engine core): the engine's pause and weight version are set once, through
+    one front end, and each of the others learns of it through these methods, without an engine
+    call (see :mod:`engine_plugins.fanout.spread`)."""
+
+    def note_pause(self, paused: bool) -> None:
+        """The contract's pause of the shared engine is on (*paused*) or off, set through another
+        front end: this one's own view of it follows (its requests the engine refuses while paused
+        were refused by the contract's pause)."""
+
+    def note_weight_version(self, version: str) -> None:
+        """The shared engine's weight version is now *version*, set through another front end:
+        :meth:`weight_version` and this front end's spans follow."""
+
+    async def drain_share(self) -> Sequence[InFlight]:
+        """This front end's share of a ``wait`` pause made through another front end: the admitted
+        requests to wait for (it may itself wait for the engine's last answers to this front end)."""

@@ -9,8 +9,11 @@ stands and passes every operation that must cover the whole server to the other 
 - abort (all, by id, with wait) and the age selection cover every process's requests, the ones
   not yet in the engine core included (each process's own fence); counts are summed;
 - loads count every process's requests against the engine's per-rank figures;
-- pause, resume and version bumps run on every process, so that each one refuses, holds, cuts
-  and attributes its own requests alike.
+- pause, resume and version bumps run in phases: the engine core, shared, is called once, by
+  the process that spreads the operation, and every process takes its own share around that
+  call (see :meth:`ServerControl.pause`, :meth:`ServerControl.resume`,
+  :meth:`ServerControl.update_weight_version`), so that each one refuses, holds, cuts and
+  attributes its own requests alike.
 
 A partial generation runs on the process that got it; its ``request_id`` is checked against
 the other processes' requests while it starts, so a duplicate is refused wherever the first one
@@ -21,7 +24,7 @@ A process that fails its share (stopped, stalled, or its operation raised) makes
 naming it and saying where the call applied. A pause is undone where it applied (the server was
 not paused before), so that every process and ``GET /is_paused`` agree; a bump is not undone (it
 cannot be without counting another), and since a bump to the version in force is a no-op, the
-retry the 503 asks for applies it where it was missed and nowhere twice. A resume is safe to repeat.
+retry the 503 asks for records it where it was missed and nowhere twice. A resume is safe to repeat.
 """
 
 from __future__ import annotations
@@ -145,10 +148,10 @@ class ServerControl:
             "select_by_age": self._peer_select_by_age,
             "counts": self._peer_counts,
             "has_request_id": self._peer_has_request_id,
-            "update_weight_version": self._peer_update_weight_version,
-            "pause": self._peer_pause,
-            "refuse_new": self._peer_refuse_new,
-            "resume": self._peer_resume,
+            "record_bump": self._peer_record_bump,
+            "enter_pause": self._peer_enter_pause,
+            "finish_pause": self._peer_finish_pause,
+            "leave_pause": self._peer_leave_pause,
             "server_pause": self._peer_server_pause,
             "server_resume": self._peer_server_resume,
         })
@@ -198,11 +201,12 @@ class ServerControl:
         return await self.local.loads([InFlightCounts(**c) for c in theirs])
 
     async def update_weight_version(self, new_version: str, abort_all_requests: bool) -> UpdateWeightVersionResult:
-        """Abort everywhere first when asked, then bump on every process (the engine core's
-        version is shared; each process bumps its own order of versions and its spans).
+        """Abort everywhere first when asked, then bump in two phases: this process sets the
+        version on the shared engine core once and records the bump, then every other process
+        records it (its own order of versions, its requests' spans and staleness fence).
 
         A bump to the version in force is a no-op on each process that has it, so a retry after
-        a 503 applies the bump only where it was missed; the abort is skipped when this process
+        a 503 records the bump only where it was missed; the abort is skipped when this process
         has the version already (it is a retry, or a repeat of the bump)."""
         if _local_only.get():
             return await self.local.update_weight_version(new_version, abort_all_requests)
@@ -210,9 +214,15 @@ class ServerControl:
         if abort_all_requests and self.local.weight_version() != new_version:
             dispatch = self.local.dispatch_abort or self.abort
             aborted = (await dispatch(request_ids=None, wait=True, timeout_s=self.local.abort_timeout_s, reason="weight_version")).aborted
-        spread = await self._each(
-            "update_weight_version", QUICK_S, self.local.update_weight_version(new_version, False), new_version=new_version
-        )
+        spread = Spread("update_weight_version", self.peers.index, self.peers.count)
+        try:
+            with local_only():
+                spread.done[self.peers.index] = await self.local.update_weight_version(new_version, False)
+        except Exception as exc:
+            spread.failed[self.peers.index] = exc
+            first = f"aborted {aborted} requests; " if aborted else ""
+            raise self._unavailable(spread, f"{first}the version was not set: no process is at {new_version!r} by this call")
+        spread.merge(await self._each("record_bump", QUICK_S, None, new_version=new_version))
         if spread.failed:
             first = f"aborted {aborted} requests, then " if aborted else ""
             raise self._unavailable(spread, f"{first}at {new_version!r} now: {_processes(spread.done)}; a retry bumps only "
@@ -250,10 +260,11 @@ class ServerControl:
 
     async def pause(self, mode: str, timeout_s: Optional[float] = None, clear_cache: Optional[bool] = None,
                     weight_swap: Optional[WeightSwap] = None) -> PauseState:
-        """Pause every process at once (each aborts, holds or drains its own requests, and
-        records *weight_swap* when one is given); where one fails, the pause is undone on the
-        others (see :meth:`_failed_pause`). Made by the owner of the pause state, whichever
-        process the call reached."""
+        """Pause the server in three phases (see :meth:`_spread_pause`): every process enters
+        the pause, the engine core is paused once, then every process aborts, holds or drains
+        its own requests; where one fails, the pause is undone on the others (see
+        :meth:`_failed_pause`). Made by the owner of the pause state, whichever process the call
+        reached."""
         if _local_only.get():
             return await self.local.pause(mode, timeout_s, clear_cache, weight_swap)
         timeout = self.local.abort_timeout_s if timeout_s is None else timeout_s
@@ -275,31 +286,52 @@ class ServerControl:
 
     async def _spread_pause(self, mode: str, timeout: float, clear_cache: Optional[bool],
                             weight_swap: Optional[WeightSwap] = None) -> PauseState:
-        """The pause on every process (see :meth:`pause`)."""
+        """The pause's phases (see :meth:`pause`):
+
+        1. every process enters it: takes the mode (in ``abort`` mode it refuses new generations
+           from now on, and names the pause as the cancel reason of what the engine cuts) and
+           records *weight_swap*; all of them, before the engine core (shared) cuts anyone's
+           requests;
+        2. this process pauses the engine core, once (``wait``: and waits for its drain, which
+           ends once the engine core runs nothing, and for its own requests);
+        3. every process finishes its share within *timeout*: aborts (``abort``) or waits for
+           (``wait``) its own requests.
+        """
         was_paused = self.local.pause_mode is not None
-        if mode == "abort":
-            # The engine core is shared: the first process to pause it cuts every process's
-            # requests. Each process must already be in abort mode by then, so that it names
-            # the pause as their cancel reason and refuses new ones.
-            self.local.refuse_new()
-            spread = await self._each("refuse_new", QUICK_S, _done(None))
-            if spread.failed:
-                await self._failed_pause(spread, was_paused, "in abort mode")
-        spread = await self._each(
-            "pause", timeout, self.local.pause(mode, timeout, clear_cache, weight_swap), mode=mode, timeout_s=timeout,
-            clear_cache=clear_cache, weight_swap=_dumped(weight_swap),
-        )
+        swap = _dumped(weight_swap)
+        spread = await self._each("enter_pause", QUICK_S, _call(self.local.enter_pause, mode, weight_swap),
+                                  mode=mode, weight_swap=swap)
         if spread.failed:
-            # A process that took abort mode and then gave no answer keeps it until a resume
+            await self._failed_pause(spread, was_paused, f"in {mode} mode")
+        engine = Spread("pause", self.peers.index, self.peers.count, done={i: None for i in spread.done})
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        try:
+            await self.local.pause_engine(mode, timeout, clear_cache)
+            # The engine's drain ends once the engine core runs nothing: this process's share
+            # with it, then the others' is only reading their last answers.
+            drained = await self.local.finish_pause(mode, timeout) if mode == "wait" else None
+        except Exception as exc:
+            del engine.done[self.peers.index]
+            engine.failed[self.peers.index] = exc
+            await self._failed_pause(engine, was_paused, f"in {mode} mode, the engine not paused")
+        if mode == "wait":
+            left_s = max(0.0, end - loop.time())
+            spread = await self._each("finish_pause", left_s, _done(drained), mode=mode, timeout_s=left_s)
+        else:
+            spread = await self._each("finish_pause", timeout, self.local.finish_pause(mode, timeout), mode=mode, timeout_s=timeout)
+        if spread.failed:
+            # A process that took the pause and then gave no answer keeps it until a resume
             # reaches it: say so, since /is_paused there says so too.
-            left = "in abort mode (refusing new generations) until a resume reaches it" if mode == "abort" else ""
+            left = ("in abort mode (refusing new generations) until a resume reaches it" if mode == "abort"
+                    else f"in {mode} mode until a resume reaches it")
             await self._failed_pause(spread, was_paused, "paused", left)
         return spread.done[self.peers.index]
 
     async def _failed_pause(self, spread: "Spread", was_paused: bool, did: str, left: str = "") -> None:
-        """Undo a pause that failed on some process, where it may have applied: resume those
-        that answered (an error too: it may have applied in part); a process that gave no answer
-        starts no call late, so it is left as it was (*left*: how that is). Always raises."""
+        """Undo a pause that failed on some process, where it may have applied: resume the engine
+        and those that answered (an error too: it may have applied in part); a process that gave
+        no answer starts no call late, so it is left as it was (*left*: how that is). Always raises."""
         local = spread.failed.get(self.peers.index)
         if was_paused:
             # The processes were paused before: resuming them would be no undo.
@@ -307,7 +339,7 @@ class ServerControl:
                                             "paused before this call (pause again, or resume)")
         silent = sorted(i for i, e in spread.failed.items() if isinstance(e, PeerError) and not e.answered)
         where = sorted((set(spread.done) | set(spread.failed)) - set(silent))
-        undo = await self._each("resume", QUICK_S, self.local.resume() if self.peers.index in where else None, to=where)
+        undo = await self._resume_at(where)
         outcome = f"{did}, then resumed: {_processes(undo.done)}"
         if undo.failed:
             outcome += f"; not resumed: {undo.failures()}"
@@ -319,9 +351,10 @@ class ServerControl:
         raise self._unavailable(spread, outcome)
 
     async def resume(self) -> PauseState:
-        """Resume every process; a process that fails stays paused, and a resume is safe to repeat.
-        Made by the owner of the pause state, after a pause it is spreading (a wait pause's
-        drain excepted: the resume ends it)."""
+        """Resume the server: the engine core once, here, then every other process leaves the
+        pause (see :meth:`_resume_at`); a process that fails stays paused, and a resume is safe
+        to repeat. Made by the owner of the pause state, after a pause it is spreading (a wait
+        pause's drain excepted: the resume ends it)."""
         if _local_only.get():
             return await self.local.resume()
         if not self._owns_pause_state():
@@ -351,11 +384,29 @@ class ServerControl:
         return answer
 
     async def _spread_resume(self) -> PauseState:
-        """The resume on every process (see :meth:`resume`)."""
-        spread = await self._each("resume", QUICK_S, self.local.resume())
+        """The resume's phases on every process (see :meth:`resume`)."""
+        spread = await self._resume_at(None)
+        if self.peers.index in spread.failed:
+            raise self._unavailable(spread, "the engine was not resumed: every process is still paused (a resume is safe to repeat)")
         if spread.failed:
             raise self._unavailable(spread, f"resumed: {_processes(spread.done)}; the others may still be paused (a resume is safe to repeat)")
         return spread.done[self.peers.index]
+
+    async def _resume_at(self, where: Optional[Iterable[int]]) -> "Spread":
+        """A resume's two phases: this process resumes the engine core, once, with its own
+        share (ending its drain first); then the other processes of *where* (None: every one)
+        leave the pause. Not before: a process that takes new requests while the engine is
+        still paused would see them refused as by a pause that is not the contract's. Where
+        the engine does not resume, the others are left paused with it."""
+        spread = Spread("resume", self.peers.index, self.peers.count)
+        try:
+            with local_only():
+                spread.done[self.peers.index] = await self.local.resume()
+        except Exception as exc:
+            spread.failed[self.peers.index] = exc
+            return spread
+        spread.merge(await self._each("leave_pause", QUICK_S, None, to=where))
+        return spread
 
     # --- this process's share, for the others ---------------------------------------------
 
@@ -383,20 +434,19 @@ class ServerControl:
     async def _peer_has_request_id(self, request_id: str) -> bool:
         return self.local.registry.has_request_id(request_id)
 
-    async def _peer_update_weight_version(self, new_version: str) -> dict:
+    async def _peer_record_bump(self, new_version: str) -> dict:
         with local_only():
-            return (await self.local.update_weight_version(new_version, False)).model_dump()
+            return (await self.local.record_bump(new_version)).model_dump()
 
-    async def _peer_pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool], weight_swap: Optional[dict] = None) -> dict:
+    async def _peer_enter_pause(self, mode: str, weight_swap: Optional[dict] = None) -> None:
+        self.local.enter_pause(mode, _swap(weight_swap), engine_elsewhere=True)
+
+    async def _peer_finish_pause(self, mode: str, timeout_s: float) -> dict:
         with local_only():
-            return (await self.local.pause(mode, timeout_s, clear_cache, _swap(weight_swap))).model_dump()
+            return (await self.local.finish_pause(mode, timeout_s, engine_elsewhere=True)).model_dump()
 
-    async def _peer_refuse_new(self) -> None:
-        self.local.refuse_new()
-
-    async def _peer_resume(self) -> dict:
-        with local_only():
-            return (await self.local.resume()).model_dump()
+    async def _peer_leave_pause(self) -> dict:
+        return (await self.local.leave_pause()).model_dump()
 
     async def _peer_server_pause(self, mode: str, timeout_s: float, clear_cache: Optional[bool],
                                  weight_swap: Optional[dict] = None) -> dict:
@@ -459,6 +509,11 @@ class Spread:
     done: dict[int, Any] = dataclasses.field(default_factory=dict)
     failed: dict[int, BaseException] = dataclasses.field(default_factory=dict)
 
+    def merge(self, other: "Spread") -> None:
+        """Take in *other*'s answers and failures (another phase of the same operation)."""
+        self.done.update(other.done)
+        self.failed.update(other.failed)
+
     def failures(self) -> str:
         """Each failure, naming its process."""
         lines = []
@@ -497,6 +552,12 @@ def _swap(record: Optional[dict]) -> Optional[WeightSwap]:
 async def _done(value: Any) -> Any:
     """*value*, as an awaitable (a share already done)."""
     return value
+
+
+async def _call(share: Any, *args: Any) -> Any:
+    """*share* (a plain function) called with *args*, as an awaitable: it runs when awaited,
+    among the other processes' calls, and what it raises is its failure."""
+    return share(*args)
 
 
 def _processes(indexes: Iterable[int]) -> str:

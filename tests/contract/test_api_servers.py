@@ -170,6 +170,45 @@ async def _bump_seen_everywhere(target, path: str, field: str) -> None:
         assert spans[-1]["version"] == before + "-next", f"request on process {process_of(r)}: {spans}"
 
 
+# The fake counts the calls its engine core gets (a real vLLM has no such count).
+@pytest.mark.targets("vllm-stub-api3")
+async def test_each_pause_resume_and_bump_reaches_the_shared_engine_core_once(target):
+    """Whichever process a call reaches, the engine core (shared by every process) is paused,
+    resumed and given the new version once per call, and each process still does its share."""
+    async with Api(target) as api:
+
+        async def once(method: str, path: str, body: Any, utility: str) -> httpx.Response:
+            before = (await fresh_call(api, "GET", "/fake/engine_calls")).json()
+            response = await fresh_call(api, method, path, body)
+            after = (await fresh_call(api, "GET", "/fake/engine_calls")).json()
+            made = after.get(utility, 0) - before.get(utility, 0)
+            assert made == 1, f"{path} {body} (sent to process {process_of(response)}): {made} {utility!r} calls"
+            return response
+
+        version = (await api.loads())["weight_version"]
+        reached = set()
+        for mode in ("abort", "keep", "wait"):
+            tasks = start(api, N, f"once-{mode}") if mode != "wait" else []
+            if tasks:
+                await api.wait_in_flight(N)
+            reached.add(process_of(await once("POST", "/pause", {"mode": mode}, "pause_scheduler")))
+            for _ in range(6):
+                status = await fresh_call(api, "GET", "/is_paused")
+                assert status.json()["mode"] == mode, f"process {process_of(status)}: {status.json()}"
+            reached.add(process_of(await once("POST", "/resume", None, "resume_scheduler")))
+            version += "-once"
+            reached.add(process_of(await once("POST", "/update_weight_version", {"new_version": version}, "set_weight_version")))
+            await api.ok("POST", "/abort_requests", {"wait": True})
+            answers = await asyncio.gather(*tasks)
+            if mode == "abort":
+                assert {process_of(r) for r in answers} - {PAUSE_OWNER}, "setup: every request ran on the pausing process"
+                for r in answers:
+                    assert r.json()["cancel_reason"] == "pause", f"request on process {process_of(r)}: {r.json()}"
+        loads = [(await fresh_call(api, "GET", "/v1/loads")).json() for _ in range(6)]
+    assert all(entry["weight_version"] == version for entry in loads), loads
+    assert len(reached) >= 2, f"setup: every call reached process {reached}"
+
+
 async def test_a_request_id_in_flight_on_another_process_is_a_conflict(target):
     async with Api(target) as api:
         [task] = start(api, 1, "dup")
@@ -283,10 +322,10 @@ async def _pause_one_process_fails(target, kind: str) -> None:
         # Sent to the process that keeps the pause state (any other passes the pause to it).
         async with pinned(api, PAUSE_OWNER) as (http, here, count):
             failing = (here + 1) % count
-            async with fault(api, failing, "pause", kind):
+            async with fault(api, failing, "finish_pause", kind):
                 response = await http.post("/pause", json={"mode": "abort"})
         if kind == "stop":
-            await read_late_call(target, "refuse_new")
+            await read_late_call(target, "enter_pause")
         message = response.json()["error"]["message"] if response.status_code == 503 else response.text
         states = [(await fresh_call(api, "GET", "/is_paused")) for _ in range(12)]
         loads = [(await fresh_call(api, "GET", "/v1/loads")) for _ in range(6)]
@@ -297,11 +336,12 @@ async def _pause_one_process_fails(target, kind: str) -> None:
     assert response.status_code == 503, response.text
     others = ", ".join(str(i) for i in range(count) if i != failing)
     if kind == "raise":
-        # Every process took abort mode, all but one paused: all are resumed.
-        assert message.startswith(f"API process {failing} of {count} failed 'pause': RuntimeError: injected fault"), message
+        # Every process entered the pause and the engine core was paused; one process failed
+        # its share (cutting its requests): the engine core and every process are resumed.
+        assert message.startswith(f"API process {failing} of {count} failed 'finish_pause': RuntimeError: injected fault"), message
         assert message.endswith(f"paused, then resumed: processes {', '.join(map(str, range(count)))}"), message
     else:
-        assert message.startswith(f"API process {failing} of {count} did not answer 'refuse_new' within"), message
+        assert message.startswith(f"API process {failing} of {count} did not answer 'enter_pause' within"), message
         assert f"in abort mode, then resumed: process{'es' if count > 2 else ''} {others}; left as it was" in message, message
         assert message.endswith(f"process {failing}"), message
     for r in states:
@@ -331,10 +371,10 @@ async def _bump_one_process_misses(target, kind: str) -> None:
         new, later = f"{before}-{kind}-missed", f"{before}-{kind}-later"
         async with pinned(api) as (http, here, count):
             failing = (here + 1) % count
-            async with fault(api, failing, "update_weight_version", kind):
+            async with fault(api, failing, "record_bump", kind):
                 response = await http.post("/update_weight_version", json={"new_version": new})
         if kind == "stop":
-            await read_late_call(target, "update_weight_version")
+            await read_late_call(target, "record_bump")
         # Stale at the next bump: the retry is that bump only where the first call was missed.
         tasks = start(api, N, f"missed-{kind}", max_staleness=1)
         await api.wait_in_flight(N)

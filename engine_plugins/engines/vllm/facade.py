@@ -336,6 +336,11 @@ class VllmEngine:
         finally:
             _CONTRACT_SETS_VERSION.reset(token)
 
+    def learn_weight_version(self, version: str) -> None:
+        """The engine core's version, set through another engine client (API process) of it:
+        the spans shim labels this client's next tokens with it."""
+        self._version = version
+
     async def get_weight_version(self) -> str:
         """The version the engine core stamps on new tokens."""
         version = await self.llm.get_weight_version()

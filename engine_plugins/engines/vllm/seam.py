@@ -112,14 +112,20 @@ class VllmSeam:
     async def drain(self, clear_cache: Optional[bool] = None) -> list[InFlight]:
         """vLLM's ``wait`` pause: new requests queue, the engine core's running requests finish,
         and vLLM returns once it is idle (then clears its caches unless *clear_cache* is false).
-        Returns once the final outputs of the requests that ran have been read too.
+        Returns once the final outputs of the requests that ran have been read too
+        (:meth:`drain_share`)."""
+        await self.vllm.pause_generation("wait", clear_cache=True if clear_cache is None else clear_cache)
+        return await self.drain_share()
+
+    async def drain_share(self) -> list[InFlight]:
+        """This API process's share of a ``wait`` pause (made here or through another process):
+        returns once the final outputs of its requests that ran have been read.
 
         vLLM's drain finishes only the requests that were running: those still in its waiting
-        queue stay queued until resume. So after it, the requests sent to the engine core before
-        the pause are waited for until no more of them are left than the engine core holds.
+        queue stay queued until resume. So the requests this process has sent to the engine core
+        are waited for until no more of them are left than the engine core holds queued.
         """
         admitted = [e for e in self.registry.select() if e.dispatched]
-        await self.vllm.pause_generation("wait", clear_cache=True if clear_cache is None else clear_cache)
         queued = sum(waiting for _, waiting in await self.vllm.request_counts())
         pending = [e for e in admitted if not e.released.is_set()]
         while len(pending) > queued:
@@ -131,6 +137,16 @@ class VllmSeam:
                     waiter.cancel()
             pending = [e for e in pending if not e.released.is_set()]
         return []
+
+    def note_pause(self, paused: bool) -> None:
+        """The contract's pause, made through another API process: a request the engine core
+        rejects as paused here was rejected by it (see :meth:`generate`)."""
+        self.vllm.pause_held = paused
+
+    def note_weight_version(self, version: str) -> None:
+        """The engine core's version, set through another API process."""
+        self.tracker.weight_version = version
+        self.vllm.learn_weight_version(version)
 
     async def resume(self) -> None:
         """vLLM's resume: queued and frozen requests go on."""

@@ -49,6 +49,7 @@ version on its outputs, so no spans come back (their ``CompletionOutput`` has no
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import enum
 import random
@@ -496,6 +497,9 @@ class EngineCore:
         self.inputs: asyncio.Queue = asyncio.Queue()
         self._task: Optional[asyncio.Task] = None
         self._drains: list[asyncio.Future] = []  # wait-mode pauses until nothing runs
+        # Not vLLM's: how often each utility was called, from every front end together (the
+        # tests check that a pause or a bump over several front ends reaches the core once).
+        self.utility_calls: collections.Counter[str] = collections.Counter()
 
     def connect(self, client_index: int) -> asyncio.Queue:
         """A front end's output queue; the core loop starts with the first front end."""
@@ -659,6 +663,7 @@ class EngineCore:
             self._notify_idle()
         elif kind == "UTILITY":
             method, args = payload
+            self.utility_calls[method] += 1
             return getattr(self, method)(*args)
 
     def step(self) -> None:

@@ -99,6 +99,12 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
     app = FastAPI(lifespan=lifespan)
     app.state.engine_client = llm
     _native_routes(app, llm, dev_mode)
+
+    @app.get("/fake/engine_calls")
+    async def engine_calls() -> dict:
+        """How often the engine core got each utility call, from every front end (not a vLLM route)."""
+        return dict(llm.engine_core.core.utility_calls)
+
     if like_034 and getattr(args, "enable_sleep_mode", False):
         _checkpoint_routes(app, llm)
     if endpoint_plugin is not None:
