@@ -131,11 +131,6 @@ MEANINGS: dict[str, str] = {
 }
 assert set(MEANINGS) == set(ENV_VARS)
 
-# Read by the set-up scripts and test tooling, not by the plugins; known here so that setting
-# them is not mistaken for a typo.
-TOOLING_VARS: tuple[str, ...] = ("ENGINE_PLUGINS_ENGINES_DIR", "ENGINE_PLUGINS_PYTHON", "ENGINE_PLUGINS_CPU_PROFILE")
-
-
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read every ``ENGINE_PLUGINS_*`` variable from *environ* (default ``os.environ``).
 
@@ -144,7 +139,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     otherwise be ignored silently).
     """
     environ = os.environ if environ is None else environ
-    unknown = sorted(k for k in environ if k.startswith("ENGINE_PLUGINS_") and k not in ENV_VARS + TOOLING_VARS)
+    unknown = sorted(k for k in environ if k.startswith("ENGINE_PLUGINS_") and k not in ENV_VARS)
     if unknown:
         raise ConfigError(f"unknown variable {unknown[0]}: known ones are {', '.join(ENV_VARS)}")
     values = {}

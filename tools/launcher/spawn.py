@@ -50,6 +50,10 @@ ERROR_TAIL_LINES = 60
 Command = Union[Sequence[str], Callable[[int], Sequence[str]]]
 Ready = Union[str, Callable[["ServerProcess"], bool]]
 
+# Variables of the harness (tools/launcher): where the engines' venvs are, their Python, the CPU
+# profile. Never passed to a server.
+HARNESS_VARS = ("ENGINE_PLUGINS_ENGINES_DIR", "ENGINE_PLUGINS_PYTHON", "ENGINE_PLUGINS_CPU_PROFILE")
+
 
 class StartError(RuntimeError):
     """The server exited or never became ready; the message ends with its log tail."""
@@ -194,7 +198,7 @@ class ServerProcess:
 
         *command* is the argv, or a function of the port giving it. *port* None picks a free
         loopback port. *log_path* (or a function of the port giving it) receives the server's
-        stdout and stderr; None: a file in the temporary directory. *env* None inherits ours.
+        stdout and stderr; None: a file in the temporary directory. *env* None inherits ours; either way without :data:`HARNESS_VARS`.
         *ready* is the path whose GET must answer 200 (with *headers*), or a function of this
         server that says whether it is ready (an HTTP or JSON error counts as not yet).
         *before_exec* runs in the child before exec (e.g. its CPU placement). *log_header*:
@@ -210,7 +214,9 @@ class ServerProcess:
             os.close(fd)
             log_path = Path(path)
         self.log_path = Path(log_path)
-        self.env = dict(env) if env is not None else None
+        # The harness's own settings are not the server's: the plugin refuses ENGINE_PLUGINS_*
+        # names it does not know, and these are read only here, in the harness.
+        self.env = {k: v for k, v in (os.environ if env is None else env).items() if k not in HARNESS_VARS}
         self.cwd = cwd
         self.ready = ready
         self.headers = dict(headers or {})
