@@ -366,7 +366,7 @@ class SGLangEngine:
 
     def abort_all(self) -> None:
         """SGLang's abort of every request: one message, where one per request costs the
-        scheduler a scan of its queues each (see ``docs/engine-notes.md``, "Abort at scale")."""
+        scheduler a scan of its queues each (``docs/engine-notes.md``, "The scheduler and outputs")."""
         self.tm.abort_request(abort_all=True)
 
     def weight_version(self) -> str:
