@@ -2,7 +2,8 @@
 plugin: *n* ``/partial_generate`` requests of ``TOKENS`` tokens, one ``POST /abort_requests
 {"wait": true}`` once the engine holds them all, timed to its answer and to the last client's
 answer, with the decode step at the same load; with ``--py-spy``, a py-spy profile of each of the
-server's processes (the API process, the scheduler or engine core) over the abort.
+server's processes (the API process, the scheduler or engine core) over the abort. (py-spy is not a
+dependency of the project: ``pip install py-spy`` into the venv first).
 
     python -m benchmarks.abort_profile sglang --counts 128 512 --rounds 2 --py-spy
     python -m benchmarks.abort_profile vllm --baseline /path/to/other/checkout   # before/after
