@@ -2,7 +2,7 @@
 without the plugin and with it, both servers up at once and the rounds alternating between
 them, so that both see the same machine.
 
-1. **abort to idle** with N requests running (N = 8, 32, 128): the plugin's
+1. **abort to idle** with N requests running (N = 8, 32, 128, 512): the plugin's
    ``POST /abort_requests {"wait": true}``; the framework's own loop on the engine without the
    plugin (SGLang: slime's ``abort_server_until_idle``: abort all, poll ``/v1/loads``, sleep 3 s;
    vLLM: dev-mode ``POST /abort_requests {}``, then poll ``/metrics`` every 0.1 s until it shows
@@ -49,7 +49,9 @@ THROUGHPUT_TOKENS = 64
 OVERHEAD_PAIRS = 3
 SLIME_SLEEP_S = 3.0
 VLLM_POLL_S = 0.1
-COUNTS = (8, 32, 128)
+COUNTS = (8, 32, 128, 512)
+# Connection pools for the generation requests (see Engine): 32 connections each at 512 in flight.
+GENERATION_POOLS = 16
 
 # --- the engines' own wire shapes ----------------------------------------------------
 
@@ -85,17 +87,37 @@ class Engine:
         # them, so that a call never goes out on a connection the server is closing.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=1.0)
         self.http = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600, limits=limits)
+        """The control calls (abort, loads, metrics)."""
+        # The generations go through pools of their own, each of a few connections: httpx scans
+        # every connection of a pool each time a response ends, so 512 answers arriving at once
+        # on one pool cost this client about 5 s (512 x 512 scans), which would be counted as
+        # the abort's time, and the abort's answer would wait behind them.
+        # One TLS context for them all: httpx builds one per client otherwise (tens of ms of CPU each).
+        tls = httpx.create_ssl_context()
+        self._pools = [httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600, limits=limits,
+                                         verify=tls) for _ in range(GENERATION_POOLS)]
+        self._next_pool = 0
+
+    def generation_client(self) -> httpx.AsyncClient:
+        """The client for one generation request: the pools in turn."""
+        self._next_pool = (self._next_pool + 1) % len(self._pools)
+        return self._pools[self._next_pool]
+
+    async def close(self) -> None:
+        """Close every client."""
+        for client in (self.http, *self._pools):
+            await client.aclose()
 
     async def native_request(self, max_tokens: int) -> dict:
         """One native generation (SGLang ``/generate``, vLLM ``/v1/completions``); its answer as
         ``{"tokens", "full"}``."""
         if self.engine == "sglang":
-            r = await self.http.post("/generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True}})
+            r = await self.generation_client().post("/generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True}})
             body = r.json() if r.status_code == 200 else {}
             meta = body.get("meta_info", {}) if isinstance(body, dict) else {}
             tokens = int(meta.get("completion_tokens", 0))
             return {"tokens": tokens, "full": tokens >= max_tokens and (meta.get("finish_reason") or {}).get("type") == "length"}
-        r = await self.http.post("/v1/completions", json={"model": self.model, "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True})
+        r = await self.generation_client().post("/v1/completions", json={"model": self.model, "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True})
         body = r.json() if r.status_code == 200 else {}
         tokens = int((body.get("usage") or {}).get("completion_tokens", 0)) if isinstance(body, dict) else 0
         choices = body.get("choices") or [{}] if isinstance(body, dict) else [{}]
@@ -103,7 +125,7 @@ class Engine:
 
     async def contract_request(self, max_tokens: int) -> dict:
         """One ``/partial_generate``; ``{"tokens", "full"}``."""
-        r = await self.http.post("/partial_generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True}})
+        r = await self.generation_client().post("/partial_generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True}})
         r.raise_for_status()
         body = r.json()
         return {"tokens": len(body["output_ids"]), "full": body["finish_reason"] == "length" and len(body["output_ids"]) >= max_tokens}
@@ -285,8 +307,8 @@ def run(engine: str, rounds: int, counts: tuple[int, ...], figures: set[int]) ->
             try:
                 return await measure(engine, native, plugin, rounds, counts, figures)
             finally:
-                await native.http.aclose()
-                await plugin.http.aclose()
+                await native.close()
+                await plugin.close()
         return asyncio.run(go())
 
 

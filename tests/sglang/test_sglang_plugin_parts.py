@@ -1,6 +1,7 @@
 """The SGLang plugin's parts that need no server: route replacement, the startup checks, the
 hooks in SGLang's registry, seeds."""
 
+import asyncio
 import types
 
 import httpx
@@ -159,3 +160,36 @@ def test_an_sglang_outside_the_supported_range_stops_startup_naming_it_and_the_r
     with pytest.raises(StartupError) as info:
         check_names(names)
     assert f"SGLang {version} is not supported" in str(info.value) and "SGLang 0.5.20 to 0.5.23" in str(info.value)
+
+
+def _seam_with_dispatched(rids: list[str]) -> tuple[SGLangSeam, list]:
+    """A seam over the fake TokenizerManager holding *rids*, all dispatched; the messages it sends."""
+    from fakes.sglang.tokenizer_manager import ReqState
+
+    tm = TokenizerManager()
+    sent: list = []
+    tm._dispatch_to_scheduler = sent.append
+    seam = SGLangSeam(Tracker(SGLangEngine(fake_names(_serving()), tm)))
+    for rid in rids:
+        tm.rid_to_state[rid] = ReqState(out_list=[], finished=False, event=asyncio.Event(), obj=None, dispatched=True)
+    return seam, sent
+
+
+@pytest.mark.anyio
+async def test_an_abort_of_every_request_is_one_abort_all_message_and_of_some_one_per_request():
+    rids = [f"ep-{i:032x}" for i in range(6)]
+    seam, sent = _seam_with_dispatched(rids)
+    await seam.abort(seam.registry.select())
+    assert [(m.rid, m.abort_all) for m in sent] == [("", True)]
+    sent.clear()
+    await seam.abort(seam.registry.select(rids[:2]))
+    assert sorted((m.rid, m.abort_all) for m in sent) == [(rid, False) for rid in rids[:2]]
+
+
+@pytest.mark.anyio
+async def test_an_abort_by_rid_warns_of_exactly_the_requests_its_prefix_also_reaches(caplog):
+    seam, _ = _seam_with_dispatched(["a", "ab", "abc", "ac", "b"])
+    with caplog.at_level("WARNING"):
+        await seam.abort(seam.registry.select(["a", "abc"]))
+    warnings = [r.getMessage() for r in caplog.records if "matches rids by prefix" in r.getMessage()]
+    assert warnings == ["engine_plugins: aborting rid 'a' also aborts ['ab', 'ac']: SGLang's scheduler matches rids by prefix"]

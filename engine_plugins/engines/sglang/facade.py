@@ -364,6 +364,11 @@ class SGLangEngine:
             state.abort_sent = False
         self.tm.abort_request(rid)
 
+    def abort_all(self) -> None:
+        """SGLang's abort of every request: one message, where one per request costs the
+        scheduler a scan of its queues each (``docs/engine-notes.md``, "The scheduler and outputs")."""
+        self.tm.abort_request(abort_all=True)
+
     def weight_version(self) -> str:
         """The version SGLang stamps on new tokens."""
         return str(self.tm.config_value("weight_version"))

@@ -8,6 +8,7 @@ requests, pause gate and weight version as SGLang's own routes. SGLang is reache
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from typing import AsyncIterator, Optional, Sequence
 
@@ -131,6 +132,12 @@ class SGLangSeam:
         SGLang's scheduler aborts every rid that *starts with* the one sent. Contract requests
         use fixed-length ids, so this is exact for them; a native request whose caller-chosen
         rid is a prefix of another in-flight rid also aborts that one.
+
+        When *entries* cover every request state SGLang holds (an abort of all), one abort-all
+        message is sent instead of one per request: the scheduler scans its queues once per
+        message, so n messages cost it n scans of n requests. It is exact: it is sent with no
+        await after the check, and a request the TokenizerManager dispatches later reaches the
+        scheduler after it, on the same socket.
         """
         dispatched = [e for e in entries if e.dispatched]
         if dispatched:
@@ -138,19 +145,35 @@ class SGLangSeam:
                 if self._scheduler_pause == "in_place":
                     await self.sglang.pause_generation("retract")
                 # Sent under the lock: a keep pause that comes next sees these as aborted.
-                for entry in dispatched:
-                    self._warn_prefix_collisions(entry.rid, entries)
-                    self.sglang.abort(entry.rid)
+                targeted = {e.rid for e in entries}
+                rids = self.sglang.rids()
+                with self.tracker.own_aborts():
+                    if len(dispatched) > 1 and all(rid in targeted for rid in rids):
+                        self.sglang.abort_all()
+                    else:
+                        self._warn_prefix_collisions([e.rid for e in dispatched], targeted, rids)
+                        for entry in dispatched:
+                            self.sglang.abort(entry.rid)
         if len(dispatched) < len(entries):
             self.tracker.wake_held()
 
-    def _warn_prefix_collisions(self, rid: str, entries: Sequence[InFlight]) -> None:
-        targeted = {e.rid for e in entries}
-        others = [r for r in self.sglang.rids() if r != rid and r.startswith(rid) and r not in targeted]
-        if others:
-            logger.warning(
-                "engine_plugins: aborting rid %r also aborts %s: SGLang's scheduler matches rids by prefix", rid, others
-            )
+    @staticmethod
+    def _warn_prefix_collisions(aborting: Sequence[str], targeted: set[str], rids: Sequence[str]) -> None:
+        """Warn when an abort by rid reaches requests not targeted: SGLang matches by prefix. The
+        rids that start with one are next to it in sorted order, so this is one sort, not a scan
+        of every rid per rid aborted."""
+        ordered = sorted(rids)
+        for rid in aborting:
+            others = []
+            i = bisect.bisect_right(ordered, rid)
+            while i < len(ordered) and ordered[i].startswith(rid):
+                if ordered[i] not in targeted:
+                    others.append(ordered[i])
+                i += 1
+            if others:
+                logger.warning(
+                    "engine_plugins: aborting rid %r also aborts %s: SGLang's scheduler matches rids by prefix", rid, others
+                )
 
     # --- loads and weight version ------------------------------------------------------------
 

@@ -26,9 +26,10 @@ The SGLang behaviour each step relies on is in ``docs/engine-notes.md`` ("SGLang
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Iterator, Optional
 
 from engine_plugins.core.cache_scope import version_salt
 from engine_plugins.contract.errors import StartupError
@@ -97,6 +98,7 @@ class Tracker:
         """Salt each request's prefix cache by the version it was admitted under (:mod:`..cache_scope`)."""
         self._held_aborted = asyncio.Event()
         self._abort_mode_pauses = 0
+        self._own_aborts = 0
         sglang.replace_request_states(lambda states: TrackedStates(states, self))
         self.scheduler_pause: Optional[str] = None
         """``in_place`` or ``retract`` while SGLang's scheduler is paused, else None: the one record
@@ -136,13 +138,25 @@ class Tracker:
     def native_abort(self, rid: str, abort_all: bool) -> None:
         """SGLang's own abort reaches held requests too: those it covers, by SGLang's prefix rule,
         are marked aborted and ended now. Not during SGLang's own abort-mode pause (see the module)."""
-        if self._abort_mode_pauses or (not abort_all and not rid):
+        # The plugin's own aborts end their held requests themselves; and with none held there
+        # is nothing to do (checked first: an abort of n requests calls this n times).
+        if self._own_aborts or not self.registry.held() or self._abort_mode_pauses or (not abort_all and not rid):
             return
         held = [e for e in self.registry.select(None) if not e.dispatched and (abort_all or e.rid.startswith(rid))]
         for entry in held:
             entry.aborted = True
         if held:
             self.wake_held()
+
+    @contextlib.contextmanager
+    def own_aborts(self) -> Iterator[None]:
+        """Within this block, SGLang's abort calls are the plugin's own: the held requests they
+        cover are already marked and woken by the seam, so :meth:`native_abort` leaves them."""
+        self._own_aborts += 1
+        try:
+            yield
+        finally:
+            self._own_aborts -= 1
 
     async def native_pause(self, pause: Any, obj: Any) -> Any:
         """Run SGLang's own ``pause_generation`` (the awaitable *pause*), noting an abort-mode one,

@@ -46,6 +46,9 @@ class Tracker:
         # Registry keys with a running generate(): a second request with the same external id
         # (vLLM allows them) gets a key of its own.
         self._claimed: set[str] = set()
+        # Running generate() calls per external id, so that the last one to end is known without
+        # a scan of every key (an abort of n requests ends n generators at once).
+        self._running: dict[str, int] = {}
         self._duplicates = itertools.count(1)
         self._restore: Optional[Callable[[], None]] = None
 
@@ -73,6 +76,7 @@ class Tracker:
             key = request_id if entry is None else f"{request_id}#dup{next(self._duplicates)}"
             entry = self.registry.add(key, request_id)
         self._claimed.add(entry.rid)
+        self._running[request_id] = self._running.get(request_id, 0) + 1
         outputs = start()
         try:
             token = _ADDING.set(entry)
@@ -89,7 +93,11 @@ class Tracker:
             # Closing the inner generator early makes vLLM abort the request.
             await outputs.aclose()
             self._claimed.discard(entry.rid)
-            if not any(key.split("#dup")[0] == request_id for key in self._claimed):
+            left = self._running[request_id] - 1
+            if left:
+                self._running[request_id] = left
+            else:
+                del self._running[request_id]
                 self.vllm.forget_request(request_id)
             self._internal.pop(entry, None)
             # In the task that ran the generation, a few loop steps before the route writes the
