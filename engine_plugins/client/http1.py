@@ -19,7 +19,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -241,6 +241,7 @@ class Http1Client:
         self._tls = tls or ssl.create_default_context
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
+        self.is_closed = False
 
     def origin(self, url: str) -> Origin:
         """The fixed part of every call to *url* (a base URL, possibly with a route prefix)."""
@@ -320,7 +321,8 @@ class Http1Client:
         return connection
 
     async def aclose(self) -> None:
-        """Close every connection."""
+        """Close every connection (the client can still make new ones)."""
+        self.is_closed = True
         for connection in list(self._open):
             connection.close()
         self._open.clear()
@@ -347,5 +349,5 @@ def encode_query(params: Optional[dict[str, Any]]) -> str:
     for name, value in params.items():
         for one in value if isinstance(value, (list, tuple)) else [value]:
             text = "true" if one is True else "false" if one is False else "" if one is None else str(one)
-            pairs.append(f"{quote(str(name), safe='')}={quote(text, safe='')}")
-    return "&".join(pairs)
+            pairs.append((str(name), text))
+    return urlencode(pairs)
