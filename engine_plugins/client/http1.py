@@ -226,8 +226,9 @@ class Http1Client:
     ``await client.request(client.origin(url), "POST", "/abort_requests", body, timeout_s)``.
 
     *headers* go on every call (the bearer key); an idle connection is reused within
-    *keepalive_expiry_s* and then closed; *tls* is the context for ``https`` URLs (made when first
-    needed, else). Belongs to the event loop that uses it.
+    *keepalive_expiry_s* and then closed; at most *max_connections_per_server* calls to one
+    server are under way at once (the others wait their turn, within their own timeout);
+    *tls* makes the context for ``https`` URLs. Belongs to the event loop that uses it.
     """
 
     def __init__(
@@ -235,10 +236,13 @@ class Http1Client:
         headers: Optional[dict[str, str]] = None,
         keepalive_expiry_s: float = 2.0,
         tls: Optional[Callable[[], ssl.SSLContext]] = None,
+        max_connections_per_server: int = 256,
     ) -> None:
         self.headers = {"Accept": "*/*", "User-Agent": "engine-plugins", **(headers or {})}
         self.keepalive_expiry_s = keepalive_expiry_s
+        self.max_connections_per_server = max_connections_per_server
         self._tls = tls or ssl.create_default_context
+        self._turns: dict[tuple[str, str, int], asyncio.Semaphore] = {}
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self.is_closed = False
@@ -264,6 +268,24 @@ class Http1Client:
         """
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
+        turns = self._turns.get(origin.key)
+        if turns is None:
+            turns = self._turns[origin.key] = asyncio.Semaphore(self.max_connections_per_server)
+        if turns.locked():  # so many calls to this server already: wait for one to end
+            try:
+                await asyncio.wait_for(turns.acquire(), timeout_s)
+            except asyncio.TimeoutError:
+                raise TimedOut(connecting=True) from None
+        else:
+            await turns.acquire()  # free: returns without waiting
+        try:
+            left = None if deadline is None else max(deadline - loop.time(), 0.0)
+            return await self._call(origin, loop, method, path, body, deadline, left, query)
+        finally:
+            turns.release()
+
+    async def _call(self, origin: Origin, loop: asyncio.AbstractEventLoop, method: str, path: str, body: Optional[bytes],
+                    deadline: Optional[float], timeout_s: Optional[float], query: str) -> Reply:
         connection = self._take(origin, loop)
         if connection is None:
             connection = await self._connect(origin, loop, CONNECT_TIMEOUT_S if timeout_s is None else min(timeout_s, CONNECT_TIMEOUT_S))

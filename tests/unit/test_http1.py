@@ -162,3 +162,22 @@ def test_query_strings_are_written_as_httpx_writes_them():
     params = {"mode": "abort", "clear_cache": False, "wait": True, "ids": ["a b", "c&d"], "none": None, "n": 3}
     assert encode_query(params) == str(httpx.QueryParams(params))
     assert encode_query(None) == "" and encode_query({}) == ""
+
+
+async def test_calls_beyond_the_limit_per_server_wait_their_turn_within_their_timeout():
+    async def slow(head: bytes, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.2)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+
+    async with server(slow) as (url, heads):
+        client = Http1Client(max_connections_per_server=1)
+        origin = client.origin(url)
+        first = asyncio.ensure_future(client.request(origin, "GET", "/a", None, 5.0))
+        await asyncio.sleep(0.05)
+        with pytest.raises(TimedOut):
+            await client.request(origin, "GET", "/b", None, 0.05)
+        second = await client.request(origin, "GET", "/c", None, 5.0)
+        assert (await first).body == second.body == b"{}"
+        assert len(client._open) == 1, "the second call waited for the first's connection"
+        await client.aclose()
+    assert [h.split(b" ")[1] for h in heads] == [b"/a", b"/c"]
