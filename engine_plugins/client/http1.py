@@ -2,11 +2,12 @@
 per call, on plain asyncio protocols.
 
 A fleet sends one small JSON call to each of hundreds of servers at every step boundary; through
-httpx (its client, httpcore's pool, anyio's streams, h11's state machine) each call cost the
-client about a millisecond of CPU, most of it in layers a JSON call to a known server does not
-need. Here a call is one write of bytes made once per server, and its answer is parsed as it
-arrives. It speaks just what the engines' servers answer: ``Content-Length`` or chunked bodies
-(or a body up to the close), kept-alive connections, TLS for ``https`` URLs.
+httpx (its client, httpcore's pool, anyio's streams) each call cost the client about a millisecond
+of CPU, most of it in layers a JSON call to a known server does not need. Here a call is one write
+on a kept-alive connection, its request head made once per server and path. h11 (the HTTP/1.1
+state machine httpx itself uses) frames the requests, reads the answers (``Content-Length``,
+chunked, or a body up to the close) and says when a connection may carry another call; TLS for
+``https`` URLs.
 
 Failures are this module's three exceptions, which :mod:`.transport` turns into
 :class:`~.errors.ServerError`: :class:`Unreachable`, :class:`TimedOut`, :class:`Lost`.
@@ -17,11 +18,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 from urllib.parse import quote, urlencode, urlsplit
 
+import h11
+
 CONNECT_TIMEOUT_S = 10.0
+MAX_REQUESTS_KEPT = 64
 
 
 class Unreachable(Exception):
@@ -55,8 +59,8 @@ class Reply(NamedTuple):
 
 @dataclass(frozen=True)
 class Origin:
-    """Where one base URL's calls go: the address, the TLS context, and the request head's
-    fixed part (made once, so a call only adds its method, path and length)."""
+    """Where one base URL's calls go: the address, the TLS context, and the request heads (the
+    fixed headers made once; each call's h11 request made once per method, path and length)."""
 
     key: tuple[str, str, int]
     host: str
@@ -64,111 +68,39 @@ class Origin:
     tls: Optional[ssl.SSLContext]
     prefix: str
     """The base URL's path (a route prefix such as ``/rl``), put before every call's path."""
-    fixed_head: bytes
-    """``Host`` and the client's own headers, each line ending in CRLF."""
+    fixed_headers: tuple[tuple[bytes, bytes], ...]
+    """``Host`` and the client's own headers."""
+    requests: dict[tuple[str, str, int], h11.Request] = field(default_factory=dict, compare=False)
+    """h11's request per (method, target, body length or -1), reused: h11 checks its headers once."""
 
-
-class _Answer:
-    """Parses one answer as its bytes arrive; :meth:`feed` returns the :class:`Reply` once whole."""
-
-    __slots__ = ("buffer", "status", "reason", "keep_alive", "length", "chunked", "body", "chunk_pos", "leftover")
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.status = 0
-        self.reason = ""
-        self.keep_alive = True
-        self.length: Optional[int] = None  # None: the body ends at the close
-        self.chunked = False
-        self.body = bytearray()
-        self.chunk_pos = 0
-        # Bytes after the answer: a connection that sent any cannot be trusted with another call.
-        self.leftover = 0
-
-    def feed(self, data: bytes) -> Optional[Reply]:
-        """Take more bytes; the reply once it is whole."""
-        self.buffer += data
-        while not self.status:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return None
-            head = bytes(self.buffer[:end]).decode("latin-1")
-            del self.buffer[:end + 4]
-            self._read_head(head)
-        if self.chunked:
-            return self._read_chunks()
-        if self.length is not None and len(self.buffer) >= self.length:
-            self.leftover = len(self.buffer) - self.length
-            return Reply(self.status, self.reason, bytes(self.buffer[:self.length]))
-        return None
-
-    def _read_head(self, head: str) -> None:
-        lines = head.split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-            raise Lost(f"not an HTTP answer: {lines[0][:80]!r}")
-        status = int(parts[1])
-        if 100 <= status < 200:
-            return  # an interim answer (100 Continue): the real one follows
-        self.status, self.reason = status, parts[2] if len(parts) > 2 else ""
-        http11 = parts[0] == "HTTP/1.1"
-        self.keep_alive = http11
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            if name == "content-length":
-                self.length = int(value)
-            elif name == "transfer-encoding" and "chunked" in value.lower():
-                self.chunked = True
-            elif name == "connection":
-                token = value.strip().lower()
-                self.keep_alive = token != "close" if http11 else token == "keep-alive"
-        if status in (204, 304):
-            self.length = 0
-        if self.chunked:
-            self.length = None
-        elif self.length is None:
-            self.keep_alive = False  # the body ends at the close
-
-    def _read_chunks(self) -> Optional[Reply]:
-        buffer = self.buffer
-        while True:
-            end = buffer.find(b"\r\n", self.chunk_pos)
-            if end < 0:
-                return None
-            size = int(bytes(buffer[self.chunk_pos:end]).split(b";", 1)[0], 16)
-            if size == 0:
-                # Then the trailer: header lines (usually none), then an empty line.
-                start = end + 2
-                if buffer[start:start + 2] == b"\r\n":
-                    done = start + 2
-                else:
-                    found = buffer.find(b"\r\n\r\n", start)
-                    if found < 0:
-                        return None
-                    done = found + 4
-                self.leftover = len(buffer) - done
-                return Reply(self.status, self.reason, bytes(self.body))
-            if len(buffer) < end + 2 + size + 2:
-                return None
-            self.body += buffer[end + 2:end + 2 + size]
-            self.chunk_pos = end + 2 + size + 2
-
-    def at_close(self) -> Optional[Reply]:
-        """The reply when the connection's close ends it (a body without a length)."""
-        if self.status and not self.chunked and self.length is None:
-            return Reply(self.status, self.reason, bytes(self.buffer))
-        return None
+    def request(self, method: str, target: str, length: int) -> h11.Request:
+        """The request head for one call (*length* -1: no body)."""
+        key = (method, target, length)
+        request = self.requests.get(key)
+        if request is None:
+            if len(self.requests) >= MAX_REQUESTS_KEPT:
+                self.requests.clear()  # targets with ever-new queries: do not keep them all
+            headers = list(self.fixed_headers)
+            if length >= 0:
+                headers += [(b"Content-Type", b"application/json"), (b"Content-Length", b"%d" % length)]
+            elif method in ("POST", "PUT", "PATCH"):
+                headers.append((b"Content-Length", b"0"))
+            request = self.requests[key] = h11.Request(method=method, target=target, headers=headers)
+        return request
 
 
 class _Connection(asyncio.Protocol):
-    """One kept-alive connection: at most one call on it at a time."""
+    """One kept-alive connection: at most one call on it at a time. h11 frames the requests
+    and reads the answers (length, chunked or up to the close) and says when it may be reused."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: Optional[asyncio.Transport] = None
-        self.answer: Optional[_Answer] = None
+        self.h11 = h11.Connection(h11.CLIENT)
         self.waiter: Optional[asyncio.Future] = None
+        self.status = 0
+        self.reason = b""
+        self.body: list[bytes] = []
         self.closed = False
         self.idle_since = 0.0
 
@@ -180,39 +112,68 @@ class _Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        if self.waiter is None or self.waiter.done() or self.answer is None:
+        if self.waiter is None or self.waiter.done():
             self.close()  # bytes nobody asked for: the connection cannot be trusted any more
             return
-        try:
-            reply = self.answer.feed(data)
-        except (Lost, ValueError) as exc:
-            self.waiter.set_exception(exc if isinstance(exc, Lost) else Lost(f"a malformed answer ({exc})"))
-            self.close()
-            return
-        if reply is not None:
-            self.waiter.set_result(reply)
+        self.h11.receive_data(data)
+        self._read()
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
-            reply = self.answer.at_close() if self.answer is not None else None
-            if reply is not None:
-                self.waiter.set_result(reply)
-            else:
+            self.h11.receive_data(b"")  # the close may end an answer without a length
+            self._read()
+            if not self.waiter.done():
                 self.waiter.set_exception(Lost(str(exc) if exc else "the server closed the connection"))
 
-    def send(self, request: bytes) -> asyncio.Future:
-        """Write *request*; a future of its :class:`Reply`."""
-        self.answer = _Answer()
+    def _read(self) -> None:
+        """Take h11's events for the answer so far; the waiter gets the reply once it is whole."""
+        waiter = self.waiter
+        assert waiter is not None
+        try:
+            while True:
+                event = self.h11.next_event()
+                if event is h11.NEED_DATA:
+                    return
+                kind = type(event)
+                if kind is h11.Data:
+                    self.body.append(event.data)
+                elif kind is h11.Response:
+                    self.status, self.reason = event.status_code, event.reason
+                elif kind is h11.EndOfMessage:
+                    waiter.set_result(Reply(self.status, self.reason.decode("latin-1"), b"".join(self.body)))
+                    return
+                elif kind is h11.InformationalResponse:
+                    continue  # an interim answer (100 Continue): the real one follows
+                else:  # ConnectionClosed before the answer: connection_lost says so
+                    return
+        except h11.RemoteProtocolError as exc:
+            if not self.closed:  # after the close, connection_lost says the answer was cut short
+                waiter.set_exception(Lost(f"a malformed answer ({exc})"))
+                self.close()
+
+    def send(self, request: h11.Request, body: Optional[bytes]) -> asyncio.Future:
+        """Write *request* (and *body*); a future of its :class:`Reply`."""
+        self.status, self.reason, self.body = 0, b"", []
         self.waiter = self.loop.create_future()
+        data = self.h11.send(request)
+        if body:
+            data += self.h11.send(h11.Data(data=body))
+        data += self.h11.send(h11.EndOfMessage())
         assert self.transport is not None
-        self.transport.write(request)
+        self.transport.write(data)
         return self.waiter
 
-    def reusable(self) -> bool:
-        """Another call may go on this connection: open, and the last answer allowed it."""
-        answer = self.answer
-        return not self.closed and answer is not None and answer.keep_alive and not answer.leftover
+    def reuse(self) -> bool:
+        """Make ready for another call if h11 allows one after the last (both sides done, keep-alive
+        on both, no bytes past the answer); false when the connection must be closed."""
+        connection = self.h11
+        if self.closed or connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
+            return False
+        if connection.trailing_data[0]:
+            return False  # bytes after the answer: the connection cannot be trusted with another call
+        connection.start_next_cycle()
+        return True
 
     def close(self) -> None:
         """Close now (an unfinished call on it fails as lost)."""
@@ -256,9 +217,9 @@ class Http1Client:
         default_port = parts.port is None or port == (443 if parts.scheme == "https" else 80)
         host = parts.hostname
         host_header = (f"[{host}]" if ":" in host else host) + ("" if default_port else f":{port}")
-        fixed = f"Host: {host_header}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
+        fixed = [("Host", host_header), *self.headers.items()]
         return Origin((parts.scheme, host, port), host, port, self._tls() if parts.scheme == "https" else None,
-                      parts.path.rstrip("/"), fixed.encode("latin-1"))
+                      parts.path.rstrip("/"), tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in fixed))
 
     async def request(self, origin: Origin, method: str, path: str, body: Optional[bytes], timeout_s: Optional[float],
                       query: str = "") -> Reply:
@@ -290,14 +251,7 @@ class Http1Client:
         if connection is None:
             connection = await self._connect(origin, loop, CONNECT_TIMEOUT_S if timeout_s is None else min(timeout_s, CONNECT_TIMEOUT_S))
         target = quote(origin.prefix + path, safe="/:@!$&'()*+,;=-._~%") + ("?" + query if query else "")
-        head = f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + origin.fixed_head
-        if body is not None:
-            head += b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-        elif method in ("POST", "PUT", "PATCH"):
-            head += b"Content-Length: 0\r\n\r\n"
-        else:
-            head += b"\r\n"
-        waiter = connection.send(head + body if body is not None else head)
+        waiter = connection.send(origin.request(method, target, -1 if body is None else len(body)), body)
         timer = loop.call_at(deadline, _expire, waiter) if deadline is not None else None
         try:
             reply = await waiter
@@ -308,7 +262,7 @@ class Http1Client:
         finally:
             if timer is not None:
                 timer.cancel()
-        if connection.reusable():
+        if connection.reuse():
             connection.idle_since = loop.time()
             self._idle.setdefault(origin.key, []).append(connection)
         else:

@@ -181,3 +181,22 @@ async def test_calls_beyond_the_limit_per_server_wait_their_turn_within_their_ti
         assert len(client._open) == 1, "the second call waited for the first's connection"
         await client.aclose()
     assert [h.split(b" ")[1] for h in heads] == [b"/a", b"/c"]
+
+
+async def test_an_interim_answer_is_skipped_and_a_malformed_one_is_lost():
+    async def interim(head: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+
+    async def garbage(head: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"SPDY/9 what\r\n\r\n")
+
+    client = Http1Client()
+    async with server(interim) as (url, _):
+        reply = await client.request(client.origin(url), "GET", "/", None, 5.0)
+    assert (reply.status, reply.body) == (200, b"{}")
+    [kept] = client._open
+    async with server(garbage) as (url, _):
+        with pytest.raises(Lost, match="malformed"):
+            await client.request(client.origin(url), "GET", "/", None, 5.0)
+        assert client._open == {kept}, "the malformed answer's connection is dropped"
+    await client.aclose()
