@@ -13,10 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import httpx
 
 from engine_plugins.client.errors import FailureKind, ServerError
-from engine_plugins.client.transport import Transport
+from engine_plugins.client.transport import HttpClient, Transport
 
 DEFAULT_SELECTOR = "connection_mode=http"
 """Every worker smg can proxy a control call to: smg reports gRPC and ZMQ workers as failures."""
@@ -69,7 +68,7 @@ class Gateway:
     the workers every operation goes to; the default is every HTTP worker.
     """
 
-    def __init__(self, url: str, http: httpx.AsyncClient, selector: str = DEFAULT_SELECTOR) -> None:
+    def __init__(self, url: str, http: HttpClient, selector: str = DEFAULT_SELECTOR) -> None:
         self.transport = Transport(url, http)
         self.url = self.transport.url
         self.selector = selector

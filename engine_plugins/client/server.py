@@ -10,8 +10,6 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator, Optional, Sequence, Union
 
-import httpx
-
 from engine_plugins.contract.schema import DEFAULT_LEASE_S, PartialGenerateResult, WeightSwapResult
 from engine_plugins.client.contract_ops import ContractOps
 from engine_plugins.client.errors import ServerError
@@ -27,7 +25,7 @@ from engine_plugins.client.results import (
     no_progress,
 )
 from engine_plugins.client.sglang_ops import SGLangOps
-from engine_plugins.client.transport import DEFAULT_TIMEOUT_S, HttpClientOwner, Transport
+from engine_plugins.client.transport import DEFAULT_TIMEOUT_S, HttpClient, HttpClientOwner, Transport
 from engine_plugins.client.vllm_ops import VLLMOps
 
 Ops = Union[ContractOps, SGLangOps, VLLMOps]
@@ -37,11 +35,11 @@ DETECT_TIMEOUT_S = 10.0
 class ServerClient(HttpClientOwner):
     """One server. ``async with ServerClient(url, api_key=...) as server: await server.loads()``.
 
-    *http*: an httpx client to share (a fleet shares one); otherwise the server makes and closes
-    its own. The API is detected on first use and remembered (:meth:`detection`).
+    *http*: an HTTP client to share (an httpx client, or the one a fleet shares among its servers);
+    otherwise the server makes and closes its own (:mod:`.http1`). The API is detected on first use and remembered (:meth:`detection`).
     """
 
-    def __init__(self, url: str, api_key: Optional[str] = None, http: Optional[httpx.AsyncClient] = None) -> None:
+    def __init__(self, url: str, api_key: Optional[str] = None, http: Optional[HttpClient] = None) -> None:
         super().__init__(api_key, http)
         self.transport = Transport(url, self.http)
         self.url = self.transport.url

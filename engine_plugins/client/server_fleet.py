@@ -10,8 +10,6 @@ import asyncio
 import time
 from typing import Any, AsyncContextManager, Awaitable, Callable, Optional, Sequence
 
-import httpx
-
 from engine_plugins.contract.schema import DEFAULT_LEASE_S
 from engine_plugins.client.errors import ServerError
 from engine_plugins.client.fleet_results import (
@@ -24,6 +22,7 @@ from engine_plugins.client.fleet_results import (
 from engine_plugins.client.polling import Deadline
 from engine_plugins.client.results import Progress, StaleSelector, no_progress
 from engine_plugins.client.server import ServerClient
+from engine_plugins.client.transport import HttpClient, make_control_client
 
 # After the overall deadline, servers get this long to hand in what they have before being cut.
 GRACE_S = 0.5
@@ -37,17 +36,19 @@ class ServerFleet:
     """Many servers behind one API, one :class:`ServerClient` each:
     ``async with ServerFleet(urls, api_key=...) as fleet: ...``.
 
-    Each server client makes its own HTTP client unless *http* is given, which all of them then
-    share (and which is left open).
+    The server clients share one HTTP client: this package's own (:mod:`.http1`, kept-alive
+    connections per server), made here and closed by :meth:`aclose`, unless *http* is given
+    (an httpx client, then left open).
     """
 
-    def __init__(self, urls: Sequence[str], api_key: Optional[str] = None, http: Optional[httpx.AsyncClient] = None) -> None:
+    def __init__(self, urls: Sequence[str], api_key: Optional[str] = None, http: Optional[HttpClient] = None) -> None:
         if not urls:
             raise ValueError("a fleet needs at least one URL (or a gateway)")
-        # A connection pool per server unless the caller shares one: httpcore's pool scans every
-        # connection it holds each time a request ends, so one pool for 256 servers spent
-        # seconds of the fan-out's CPU on that scan alone.
-        self.servers = [ServerClient(url, api_key=api_key, http=http) for url in urls]
+        self._own_http = http is None
+        # One client for all: its idle connections are kept per server, so a call never looks
+        # at the other servers' connections (httpcore's one pool scans them all at every call).
+        self.http: HttpClient = http or make_control_client(api_key)
+        self.servers = [ServerClient(url, api_key=api_key, http=self.http) for url in urls]
 
     async def __aenter__(self) -> "ServerFleet":
         return self
@@ -56,8 +57,9 @@ class ServerFleet:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP clients the servers' clients made."""
-        await asyncio.gather(*(s.aclose() for s in self.servers))
+        """Close the HTTP client the fleet made (one passed in is left open)."""
+        if self._own_http:
+            await self.http.aclose()
 
     async def run(
         self, operation: str, call: Callable[[ServerClient, Deadline], Awaitable[Any]], timeout_s: float

@@ -1,6 +1,8 @@
 """HTTP calls to one server, with every transport failure turned into a :class:`ServerError`.
 
 Each call takes its own timeout, so that callers working towards a deadline never wait past it.
+The calls go through this package's own HTTP/1.1 client (:mod:`.http1`), cheap enough for a fleet
+of hundreds of servers, or through an httpx client when the caller passes one.
 """
 
 from __future__ import annotations
@@ -9,15 +11,19 @@ import functools
 import json
 import ssl
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import httpx
 
 from engine_plugins.client.errors import ServerError
+from engine_plugins.client.http1 import Http1Client, Lost, Reply, TimedOut, Unreachable, encode_query
 
 # Below the engines' 5 s keep-alive timeout: reusing a connection the server is closing fails.
 KEEPALIVE_EXPIRY_S = 2.0
 DEFAULT_TIMEOUT_S = 30.0
+
+HttpClient = Union[Http1Client, httpx.AsyncClient]
+"""What a :class:`Transport` sends through: this package's HTTP/1.1 client, or an httpx client."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,13 +46,19 @@ def make_http_client(api_key: Optional[str] = None, max_connections: int = 256) 
     )
 
 
+def make_control_client(api_key: Optional[str] = None) -> Http1Client:
+    """This package's HTTP/1.1 client with the bearer key (if any), for any number of servers."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return Http1Client(headers, keepalive_expiry_s=KEEPALIVE_EXPIRY_S, tls=_tls_context)
+
+
 class HttpClientOwner:
-    """Async-context lifecycle shared by the server and fleet clients: an httpx client passed in
+    """Async-context lifecycle shared by the server and fleet clients: an HTTP client passed in
     is shared and left open; one made here (with *api_key*) is closed by :meth:`aclose`."""
 
-    def __init__(self, api_key: Optional[str], http: Optional[httpx.AsyncClient]) -> None:
+    def __init__(self, api_key: Optional[str], http: Optional[HttpClient]) -> None:
         self._own_http = http is None
-        self.http = http or make_http_client(api_key)
+        self.http: HttpClient = http or make_control_client(api_key)
 
     async def __aenter__(self):
         return self
@@ -63,9 +75,10 @@ class HttpClientOwner:
 class Transport:
     """JSON over HTTP to one base URL (which may carry a route prefix, e.g. ``http://h:p/rl``)."""
 
-    def __init__(self, url: str, http: httpx.AsyncClient) -> None:
+    def __init__(self, url: str, http: HttpClient) -> None:
         self.url = url.rstrip("/")
         self.http = http
+        self._origin = http.origin(self.url) if isinstance(http, Http1Client) else None
 
     async def call(
         self,
@@ -89,38 +102,57 @@ class Transport:
         """
         started = time.monotonic()
         try:
-            response = await self._send(method, path, body, params, timeout_s)
+            reply = await self._send(method, path, body, params, timeout_s)
         except ServerError as lost:
             left = None if timeout_s is None else timeout_s - (time.monotonic() - started)
             if not idempotent or lost.kind != "disconnected" or (left is not None and left <= 0):
                 raise
             try:
-                response = await self._send(method, path, body, params, left)
+                reply = await self._send(method, path, body, params, left)
             except ServerError:
                 raise lost from None
-        return _decode(self.url, f"{method} {path}", response, expect_json)
+        return _decode(self.url, f"{method} {path}", reply, expect_json)
 
-    async def _send(self, method: str, path: str, body: Any, params: Optional[dict], timeout_s: Optional[float]) -> httpx.Response:
+    async def _send(self, method: str, path: str, body: Any, params: Optional[dict], timeout_s: Optional[float]) -> Reply:
+        if self._origin is None:
+            return await self._send_httpx(method, path, body, params, timeout_s)
+        where = f"{method} {path}"
+        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        try:
+            return await self.http.request(self._origin, method, path, content, timeout_s, encode_query(params))  # type: ignore[union-attr]
+        except Unreachable as exc:
+            raise ServerError(self.url, "unreachable", f"cannot connect ({exc}); is the server running at {self.url}?") from None
+        except TimedOut:
+            raise ServerError(self.url, "timeout", f"{where}: no answer within {_seconds(timeout_s)} s") from None
+        except Lost as exc:
+            raise ServerError(self.url, "disconnected", f"{where}: the connection was lost mid-call ({exc})") from None
+
+    async def _send_httpx(self, method: str, path: str, body: Any, params: Optional[dict], timeout_s: Optional[float]) -> Reply:
         where = f"{method} {path}"
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)) if timeout_s is not None else httpx.USE_CLIENT_DEFAULT
         try:
-            return await self.http.request(method, self.url + path, json=body, params=params, timeout=timeout)
+            response = await self.http.request(method, self.url + path, json=body, params=params, timeout=timeout)  # type: ignore[union-attr]
         except httpx.ConnectError as exc:
             raise ServerError(self.url, "unreachable", f"cannot connect ({_reason(exc)}); is the server running at {self.url}?") from None
         except httpx.TimeoutException:
-            raise ServerError(self.url, "timeout", f"{where}: no answer within {timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S:.3g} s") from None
+            raise ServerError(self.url, "timeout", f"{where}: no answer within {_seconds(timeout_s)} s") from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             raise ServerError(self.url, "disconnected", f"{where}: the connection was lost mid-call ({_reason(exc)})") from None
         except httpx.HTTPError as exc:
             raise ServerError(self.url, "unreachable", f"{where}: {type(exc).__name__}: {_reason(exc)}") from None
+        return Reply(response.status_code, response.reason_phrase, response.content)
+
+
+def _seconds(timeout_s: Optional[float]) -> str:
+    return f"{timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S:.3g}"
 
 
 def _reason(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _decode(url: str, where: str, response: httpx.Response, expect_json: bool) -> Any:
-    status = response.status_code
+def _decode(url: str, where: str, response: Reply, expect_json: bool) -> Any:
+    status = response.status
     if status >= 300:
         detail = error_message(response)
         if status in (401, 403):
@@ -130,21 +162,21 @@ def _decode(url: str, where: str, response: httpx.Response, expect_json: bool) -
         raise ServerError(url, "http", f"{where} -> {status}: {detail}", status)
     if not expect_json:
         return response.text
-    if not response.content.strip():
+    if not response.body.strip():
         return None
     try:
-        return response.json()
+        return json.loads(response.body)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ServerError(url, "protocol", f"{where}: expected JSON, got {response.text[:80]!r}", status) from None
 
 
-def error_message(response: httpx.Response) -> str:
+def error_message(response: Reply) -> str:
     """The server's own words for an error: the contract's ``error.message``, vLLM's ``error``,
     FastAPI's ``detail``, SGLang's ``message``, or the start of the body."""
     try:
-        body = response.json()
+        body = json.loads(response.body)
     except ValueError:
-        return response.text[:200].strip() or response.reason_phrase
+        return response.text[:200].strip() or response.reason
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and "message" in error:

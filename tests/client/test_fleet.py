@@ -2,6 +2,7 @@
 (500), are down, hang, hang up, or disappear mid-call: one result per server, one deadline."""
 
 import asyncio
+import contextlib
 import time
 
 import httpx
@@ -9,6 +10,7 @@ import pytest
 
 from engine_plugins.client import Fleet, ServerClient
 from engine_plugins.client.errors import ServerError
+from engine_plugins.client.http1 import Http1Client
 from engine_plugins.client.transport import Transport
 
 from .conftest import KEY
@@ -107,11 +109,17 @@ async def test_a_server_that_hangs_up_is_reported_as_disconnected(hang_up_url, s
     assert result.results[1].ok
 
 
-async def test_a_control_call_on_a_connection_the_server_just_closed_is_sent_again():
+@pytest.mark.parametrize("client", ["own", "httpx"])
+async def test_a_control_call_on_a_connection_the_server_just_closed_is_sent_again(client):
     with raw_socket_server("answer_once") as url:
         # The client's own keep-alive expiry (2 s) is long past on a busy machine between two
         # calls, and an expired connection is never reused: this test needs it reused.
-        async with httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=600)) as http:
+        async with contextlib.AsyncExitStack() as stack:
+            if client == "own":
+                http = Http1Client(keepalive_expiry_s=600)
+                stack.push_async_callback(http.aclose)
+            else:
+                http = await stack.enter_async_context(httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=600)))
             transport = Transport(url, http)
             assert await transport.call("GET", "/v1/loads", timeout_s=10) == {"ok": True}
             # The kept-alive connection is closed as this call goes out on it; a new one answers.

@@ -10,7 +10,7 @@ import pytest
 
 import engine_plugins.client as client_package
 from engine_plugins.client import Fleet, FleetLike, GatewayFleet, ServerFleet
-from engine_plugins.client import transport
+from engine_plugins.client import server_fleet, transport
 
 pytestmark = pytest.mark.anyio
 
@@ -38,16 +38,20 @@ def test_each_fleet_has_every_operation_with_the_protocols_parameters(fleet_clas
 
 
 @pytest.fixture
-def made_clients(monkeypatch) -> list[httpx.AsyncClient]:
-    """Every HTTP client the client package makes while the test runs."""
-    made: list[httpx.AsyncClient] = []
-    real = transport.make_http_client
+def made_clients(monkeypatch) -> list:
+    """Every HTTP client the client package makes while the test runs (its own or httpx's)."""
+    made: list = []
 
-    def counting(*args, **kwargs):
-        made.append(real(*args, **kwargs))
-        return made[-1]
+    def counting(real):
+        def make(*args, **kwargs):
+            made.append(real(*args, **kwargs))
+            return made[-1]
+        return make
 
-    monkeypatch.setattr(transport, "make_http_client", counting)
+    monkeypatch.setattr(transport, "make_http_client", counting(transport.make_http_client))
+    control = counting(transport.make_control_client)
+    for module in (transport, server_fleet):
+        monkeypatch.setattr(module, "make_control_client", control)
     return made
 
 
@@ -56,11 +60,11 @@ async def test_fleet_makes_the_fleet_its_arguments_name_and_only_the_clients_it_
     async with Fleet(urls, api_key="k") as direct:
         assert isinstance(direct, ServerFleet) and isinstance(direct, FleetLike)
         assert [s.url for s in direct.servers] == urls
-        assert len(made_clients) == len(urls), "one HTTP client per server, none for the fleet itself"
+        assert len(made_clients) == 1 and all(s.http is direct.http for s in direct.servers), "one HTTP client, shared"
     async with Fleet(gateway="http://127.0.0.1:12", api_key="k", selector="engine=sglang") as gateway:
         assert isinstance(gateway, GatewayFleet) and isinstance(gateway, FleetLike)
         assert gateway.gateway.selector == "engine=sglang"
-        assert len(made_clients) == len(urls) + 1, "the gateway's one HTTP client"
+        assert len(made_clients) == 2, "the gateway's one HTTP client"
     assert all(c.is_closed for c in made_clients)
 
 
