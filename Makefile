@@ -39,13 +39,16 @@ RELEASE_TARGETS = $(shell awk '!/^\#/ && NF && $$4 == "real" && $$5 == "-" { pri
 test-releases: setup engines
 	$(VENV)/bin/python -m pytest tests/contract tests/sglang tests/vllm tests/test_engine_versions.py$(RELEASE_TARGETS) $(PYTEST_ARGS)
 
-# The quick loop: everything that needs no real engine (the contract suite on the stub and on every
-# fake of both engines, the unit and client tests), with a tenth of the fuzz examples and soak
-# rounds (--quick), on QUICK_WORKERS pytest-xdist workers, each target's tests on one of them.
-# make test runs all of it in full, one test at a time, and the real engines.
+# The quick loop: everything that needs no real engine (the contract suite on the stub and on the
+# fakes of both engines' pinned releases, single and multi-process, the unit and client tests),
+# with a tenth of the fuzz examples and soak rounds (--quick), on QUICK_WORKERS pytest-xdist
+# workers, each target's tests on one of them. make test runs all of it in full, one test at a
+# time, with the other releases' fakes (vllm-0.31-stub, vllm-0.34-stub) and
+# the real engines.
 QUICK_WORKERS ?= 4
+QUICK_TARGETS ?= stub sglang-stub sglang-stub-dp2 vllm-stub vllm-stub-api3
 test-quick: setup
-	$(VENV)/bin/python -m pytest -m "not real" --quick -n $(QUICK_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not real" --quick -n $(QUICK_WORKERS) --dist loadgroup $(addprefix --target ,$(QUICK_TARGETS)) $(PYTEST_ARGS)
 
 # The former name of test-quick.
 test-fast: test-quick
