@@ -22,7 +22,7 @@ from engine_plugins.client.fleet_results import (
 from engine_plugins.client.polling import Deadline
 from engine_plugins.client.results import Progress, StaleSelector, no_progress
 from engine_plugins.client.server import ServerClient
-from engine_plugins.client.transport import HttpClient, make_control_client
+from engine_plugins.client.transport import HttpClient, HttpClientOwner
 
 # After the overall deadline, servers get this long to hand in what they have before being cut.
 GRACE_S = 0.5
@@ -32,7 +32,7 @@ async def _not_begun(url: str) -> Any:
     raise ServerError(url, "unsupported", NOT_BEGUN)
 
 
-class ServerFleet:
+class ServerFleet(HttpClientOwner):
     """Many servers behind one API, one :class:`ServerClient` each:
     ``async with ServerFleet(urls, api_key=...) as fleet: ...``.
 
@@ -44,22 +44,10 @@ class ServerFleet:
     def __init__(self, urls: Sequence[str], api_key: Optional[str] = None, http: Optional[HttpClient] = None) -> None:
         if not urls:
             raise ValueError("a fleet needs at least one URL (or a gateway)")
-        self._own_http = http is None
         # One client for all: its idle connections are kept per server, so a call never looks
         # at the other servers' connections (httpcore's one pool scans them all at every call).
-        self.http: HttpClient = http or make_control_client(api_key)
+        super().__init__(api_key, http)
         self.servers = [ServerClient(url, api_key=api_key, http=self.http) for url in urls]
-
-    async def __aenter__(self) -> "ServerFleet":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the HTTP client the fleet made (one passed in is left open)."""
-        if self._own_http:
-            await self.http.aclose()
 
     async def run(
         self, operation: str, call: Callable[[ServerClient, Deadline], Awaitable[Any]], timeout_s: float

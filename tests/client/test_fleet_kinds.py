@@ -10,7 +10,7 @@ import pytest
 
 import engine_plugins.client as client_package
 from engine_plugins.client import Fleet, FleetLike, GatewayFleet, ServerFleet
-from engine_plugins.client import server_fleet, transport
+from engine_plugins.client import transport
 
 pytestmark = pytest.mark.anyio
 
@@ -49,9 +49,8 @@ def made_clients(monkeypatch) -> list:
         return make
 
     monkeypatch.setattr(transport, "make_http_client", counting(transport.make_http_client))
-    control = counting(transport.make_control_client)
-    for module in (transport, server_fleet):
-        monkeypatch.setattr(module, "make_control_client", control)
+    # Both fleets make their client through HttpClientOwner, in transport.
+    monkeypatch.setattr(transport, "make_control_client", counting(transport.make_control_client))
     return made
 
 
