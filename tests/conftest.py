@@ -8,6 +8,7 @@ from typing import ContextManager, Iterator, Optional, Union
 import pytest
 
 from engine_versions import SMOKE_ONLY, in_smoke
+from recovery import make_usable
 from targets import DEDICATED_TARGETS, OPT_IN_TARGETS, TARGETS, Target
 from tiers import REAL_TARGETS, add_quick_option, group_by_target, mark_tiers, targets_of
 
@@ -105,6 +106,20 @@ class RunningTargets:
             if last is item:
                 self.stop(name)
 
+    def recover(self, item: pytest.Item) -> None:
+        """After *item* failed: make its target's server usable again, or stop it, so that the
+        next test starts a new one rather than fail behind it (tests/recovery.py)."""
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("target") if callspec is not None else None
+        if name not in self.running:
+            return
+        why = make_usable(self.running[name][1])
+        if why is not None:
+            reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"\n[{name}] after {item.name} failed, the server is restarted: {why}", yellow=True)
+            self.stop(name)
+
     def stop(self, name: str) -> None:
         """Stop target *name*'s server if it runs."""
         manager, _ = self.running.pop(name, (None, None))
@@ -134,7 +149,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Union[pytest.Item, None
     # After the whole protocol, reruns included: a rerun of the last test still has its server.
     yield
     if _running is not None:
+        if any(report.failed for report in getattr(item, "engine_plugins_reports", ())):
+            _running.recover(item)
         _running.done_with(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    item.engine_plugins_reports = (*getattr(item, "engine_plugins_reports", ()), outcome.get_result())
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from .. import answer
 from .io_struct import TokenizedGenerateReqInput
 from .scheduler import FakeScheduler, WeightVersionChange
 
@@ -37,7 +38,7 @@ class FakeDataParallelController:
             for scheduler, reply in zip(self.schedulers, replies):
                 scheduler.inbox.put_nowait(WeightVersionChange(msg.new_version, reply))
             gathered = asyncio.gather(*replies)
-            gathered.add_done_callback(lambda _: msg.done.done() or msg.done.set_result(None))
+            gathered.add_done_callback(lambda _: answer(msg.done))
         else:
             for scheduler in self.schedulers:
                 scheduler.inbox.put_nowait(msg)

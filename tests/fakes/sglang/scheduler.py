@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from .. import answer
 from .io_struct import AbortReq, ContinueGenerationReqInput, PauseGenerationReqInput, TokenizedGenerateReqInput
 
 # SGLANG_FORCE_STREAM_INTERVAL (environ.py:688): a non-stream request sends output every 50 tokens.
@@ -209,9 +210,9 @@ class FakeScheduler:
             self.paused = False
         elif isinstance(msg, WeightVersionChange):
             self.record_weight_version_change(msg.new_version)
-            msg.done.set_result(None)
+            answer(msg.done)
         elif isinstance(msg, WeightsCall):
-            msg.done.set_result(self.weights_call(msg.kind, msg.obj))
+            answer(msg.done, self.weights_call(msg.kind, msg.obj))
 
     def match_prefix(self, req: Req) -> None:
         """A request entering a prefill batch (``Req.init_next_round_input``, schedule_batch.py:

@@ -11,6 +11,7 @@ import dataclasses
 import types
 from typing import Any, AsyncIterator, Optional
 
+from .. import end_server_if_it_dies
 from .io_struct import (AbortReq, BeginWeightUpdateReqInput, ContinueGenerationReqInput, EndWeightUpdateReqInput, GenerateReqInput,
                         PauseGenerationReqInput, TokenizedGenerateReqInput, UpdateWeightFromDiskReqInput,
                         UpdateWeightsFromTensorReqInput, UpdateWeightVersionReqInput)
@@ -82,7 +83,8 @@ class TokenizerManager:
         """Start the handle loop (2440) and, here, the scheduler 'process', on first use."""
         if not self._tasks:
             loop = asyncio.get_running_loop()
-            self._tasks = [*(loop.create_task(s.run()) for s in self.schedulers), loop.create_task(self.handle_loop())]
+            self._tasks = [end_server_if_it_dies(task) for task in (*(loop.create_task(s.run()) for s in self.schedulers),
+                                                                    loop.create_task(self.handle_loop()))]
 
     async def handle_loop(self) -> None:
         """2465-2478: outputs and abort echoes from the scheduler, in order."""

@@ -59,6 +59,8 @@ from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, Iterable, Optional
 
+from .. import answer, end_server_if_it_dies
+
 EOS_TOKEN_ID = 2
 
 ABORTED_ANSWER: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("fake_vllm_aborted_answer", default=None)
@@ -505,7 +507,7 @@ class EngineCore:
         """A front end's output queue; the core loop starts with the first front end."""
         queue = self.outputs.setdefault(client_index, asyncio.Queue())
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = end_server_if_it_dies(asyncio.get_running_loop().create_task(self._run()))
         return queue
 
     def stop(self) -> None:
@@ -531,15 +533,15 @@ class EngineCore:
             result = self.handle(kind, payload, client_index)
         except Exception as exc:
             if future is not None:
-                future.set_exception(exc)
+                answer(future, error=exc)
             return
         if future is None:
             return
         if isinstance(result, asyncio.Future):
             # A utility that completes later (a wait-mode pause): answer when it does.
-            result.add_done_callback(lambda done: future.done() or future.set_result(None))
+            result.add_done_callback(lambda done: answer(future))
             return
-        future.set_result(result)
+        answer(future, result)
 
     def _notify_idle(self) -> None:
         """core.py:1578, 1621-1624: complete the wait-mode pauses once nothing runs."""
@@ -779,7 +781,7 @@ class AsyncLLM:
     def start(self) -> None:
         """Start the engine core and the output handler (async_llm.py:825-909) on this loop."""
         self._outputs = self.engine_core.start()
-        self._output_handler = asyncio.get_running_loop().create_task(self._handle_outputs())
+        self._output_handler = end_server_if_it_dies(asyncio.get_running_loop().create_task(self._handle_outputs()))
 
     async def shutdown(self) -> None:
         await self.engine_core.stop()
