@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 import time
 import uuid
 from datetime import datetime, timezone
@@ -46,6 +47,10 @@ BumpDispatch = Callable[..., Awaitable[UpdateWeightVersionResult]]
 
 # The reason of the abort hook call being answered, so that an abort reaching the control through
 # a plugin that does not pass the reason on still marks its requests with it.
+logger = logging.getLogger("engine_plugins")
+# How many of the requests an abort with wait left in flight its warning names.
+STUCK_NAMED = 8
+
 _abort_reason: contextvars.ContextVar[str] = contextvars.ContextVar("engine_plugins_abort_reason", default="request")
 
 # A cancelled generation's cancel_reason, from the reason of the abort that cut it.
@@ -159,6 +164,8 @@ class RolloutControl:
             # client holds its answer.
             timeout = self.abort_timeout_s if timeout_s is None else timeout_s
             timed_out = not await self.registry.wait_released(entries, timeout, everything=not request_ids)
+            if timed_out:
+                _warn_stuck([e for e in entries if not e.released.is_set()], timeout)
         in_flight = len(self.registry)
         return AbortResult(aborted=newly_aborted, in_flight=in_flight, idle=in_flight == 0, timed_out=timed_out)
 
@@ -544,6 +551,19 @@ class RolloutControl:
         if self.dispatch_abort is None:
             return await self.abort(request_ids, wait=wait, timeout_s=timeout_s, reason=reason)
         return await self.dispatch_abort(request_ids=request_ids, wait=wait, timeout_s=timeout_s, reason=reason)
+
+
+def _warn_stuck(stuck: list[InFlight], timeout_s: float) -> None:
+    """Say which requests an abort with wait left in flight, and in what state: the answer says
+    only how many, and an operator (or a failing test) needs to know which and why."""
+    named = ", ".join(
+        f"{e.request_id} (engine id {e.rid}, {'dispatched' if e.dispatched else 'held before the scheduler'}, "
+        f"aborted {'by ' + str(e.abort_reason) if e.aborted else 'never'}, admitted under {e.admitted_version!r})"
+        for e in stuck[:STUCK_NAMED]
+    )
+    more = f" and {len(stuck) - STUCK_NAMED} more" if len(stuck) > STUCK_NAMED else ""
+    logger.warning("engine_plugins: an abort with wait timed out after %.1f s with %d of its requests in flight: %s%s",
+                   timeout_s, len(stuck), named, more)
 
 
 def _cancelled_empty(request_id: str) -> PartialGenerateResult:

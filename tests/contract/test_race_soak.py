@@ -172,7 +172,9 @@ class Round:
         self.check_answer("POST", path, what, response.status_code, response.json())
         if path == "/abort_requests" and response.status_code == 200 and (body or {}).get("wait"):
             if response.json()["timed_out"]:
-                self.fail(f"{what}: an abort with wait timed out: {response.json()}")
+                # The server logs which requests were left in flight, and their states.
+                said = [line for line in self.api.target.log_tail().splitlines() if "an abort with wait timed out" in line]
+                self.fail(f"{what}: an abort with wait timed out: {response.json()}; the server said: {said[-1:]}")
 
     def check_answer(self, method: str, path: str, what: str, status: int, data: Any) -> bool:
         """A 200 that fits the route's model (True), or a 4xx with the JSON error (False)."""

@@ -34,6 +34,9 @@ async def test_abort_with_wait_times_out_when_requests_do_not_release(tmp_path):
             result = await api.ok("POST", "/abort_requests", {"wait": True, "timeout_s": 0.2})
             assert result["timed_out"] is True and result["in_flight"] == 3 and result["idle"] is False
             assert result["aborted"] == 3
+            # The server's log says which requests the abort left in flight, and in what state.
+            assert "an abort with wait timed out after 0.2 s with 3 of its requests in flight" in target.log_tail()
+            assert "slow-0 (engine id" in target.log_tail() and "dispatched, aborted by request" in target.log_tail()
             again = await api.ok("POST", "/abort_requests", {"wait": True, "timeout_s": 60})
             assert again == {"status": "aborted", "aborted": 0, "in_flight": 0, "idle": True, "timed_out": False}
             for r in await asyncio.gather(*tasks):
