@@ -193,3 +193,23 @@ async def test_an_abort_by_rid_warns_of_exactly_the_requests_its_prefix_also_rea
         await seam.abort(seam.registry.select(["a", "abc"]))
     warnings = [r.getMessage() for r in caplog.records if "matches rids by prefix" in r.getMessage()]
     assert warnings == ["engine_plugins: aborting rid 'a' also aborts ['ab', 'ac']: SGLang's scheduler matches rids by prefix"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["in_place", "retract"])
+async def test_a_scheduler_pause_right_after_an_abort_still_ends_the_aborted_requests(mode):
+    # The aborts reached the scheduler, whose next step would end the running requests; a pause
+    # that lands first keeps them (frozen, or retracted with their abort spent) until
+    # continue_generation. So the pause is a retract one and the aborts are sent again.
+    rids = ["ep-a", "ep-b"]
+    seam, sent = _seam_with_dispatched(rids + ["ep-c"])
+    aborted = seam.registry.select(rids)
+    for entry in aborted:
+        entry.aborted = True  # as the control marks them
+    await seam.abort(aborted)
+    sent.clear()
+    obj = seam.sglang.names.PauseGenerationReqInput(mode=mode)
+    await seam.tracker.native_pause(lambda: seam.sglang.tm.pause_generation(obj), obj)
+    pause, *aborts = sent
+    assert pause.mode == "retract" and sorted(m.rid for m in aborts) == rids
+    assert seam.tracker.scheduler_pause == "retract"

@@ -198,12 +198,8 @@ class SGLangSeam:
         async with self._scheduler_state:
             if mode == "keep":
                 if self._scheduler_pause is None:
-                    aborting = [e for e in self.registry.select(None) if e.aborted and e.dispatched]
-                    scheduler_mode = "retract" if aborting or clear_cache is not False else "in_place"
-                    await self.sglang.pause_generation(scheduler_mode)
-                    for entry in aborting:
-                        if self.registry.get(entry.rid) is entry:
-                            self.sglang.abort(entry.rid)
+                    # Requests aborted while running make it a retract pause (Tracker.native_pause).
+                    await self.sglang.pause_generation("retract" if clear_cache is not False else "in_place")
                 return
             if self._scheduler_pause is not None:
                 # Coming from keep: the scheduler must run for the control's abort to return.

@@ -29,11 +29,11 @@ import asyncio
 import contextlib
 import weakref
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Iterator, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Optional
 
 from engine_plugins.core.cache_scope import version_salt
 from engine_plugins.contract.errors import StartupError
-from engine_plugins.core.registry import InFlightRegistry
+from engine_plugins.core.registry import InFlight, InFlightRegistry
 from engine_plugins.engines.sglang.facade import SGLangEngine, SGLangNames
 
 
@@ -158,20 +158,34 @@ class Tracker:
         finally:
             self._own_aborts -= 1
 
-    async def native_pause(self, pause: Any, obj: Any) -> Any:
-        """Run SGLang's own ``pause_generation`` (the awaitable *pause*), noting an abort-mode one,
-        and the scheduler's pause once it is in force (whoever called it: the plugin, SGLang's
-        route, or code in the server's process)."""
+    async def native_pause(self, pause: Callable[[], Awaitable[Any]], obj: Any) -> Any:
+        """Run SGLang's own ``pause_generation`` (``pause()`` calls it with *obj*), noting an
+        abort-mode one, and the scheduler's pause once it is in force (whoever called it: the
+        plugin, SGLang's route, or code in the server's process).
+
+        A request aborted while it runs is ended by the scheduler's next step; a scheduler pause
+        that lands first would keep it (frozen ``in_place``, or retracted to the waiting queue
+        with its abort spent) until continue, and an abort with wait would time out. So while
+        such aborts are pending an ``in_place`` pause is made a ``retract`` one, and once paused
+        their aborts are sent again: the scheduler ends them from its waiting queue at once."""
         mode = self.sglang.names.pause_mode(obj)
+        if mode == "in_place" and self.aborted_in_scheduler():
+            obj.mode = mode = "retract"
         abort_mode = mode == "abort"
         self._abort_mode_pauses += abort_mode
         try:
-            result = await pause
+            result = await pause()
         finally:
             self._abort_mode_pauses -= abort_mode
         if mode in ("in_place", "retract"):
             self.scheduler_pause = mode
+            for entry in self.aborted_in_scheduler():  # those aborted meanwhile too
+                self.sglang.abort(entry.rid)
         return result
+
+    def aborted_in_scheduler(self) -> list[InFlight]:
+        """The requests aborted after they reached the scheduler that are still in flight."""
+        return [e for e in self.registry.select(None) if e.aborted and e.dispatched]
 
     async def native_continue(self, continue_: Any) -> Any:
         """Run SGLang's own ``continue_generation`` (the awaitable *continue_*): the scheduler
@@ -312,7 +326,7 @@ def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True) -> Regis
         return original(tm, rid, abort_all)
 
     def pause_generation(original: Any, tm: Any, obj: Any) -> Any:
-        return tracker_for(names, tm).native_pause(original(tm, obj), obj)
+        return tracker_for(names, tm).native_pause(lambda: original(tm, obj), obj)
 
     def continue_generation(original: Any, tm: Any, obj: Any) -> Any:
         return tracker_for(names, tm).native_continue(original(tm, obj))
