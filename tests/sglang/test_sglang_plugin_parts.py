@@ -248,3 +248,31 @@ def test_the_dispatch_mark_is_sglangs_own_from_0_5_20_and_the_sends_before():
     assert (["TokenizerManager0519", "_mark_state_dispatched"], "around") not in registered
     assert (["TokenizerManager", "_mark_state_dispatched"], "around") in registered
     assert not any(target[0] == "TokenizerManager" and target[1].startswith("_send_") for target, _ in registered)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+async def test_a_request_cancelled_before_its_first_output_stops_running_in_the_scheduler(release):
+    # A non-streaming request has one output, its last: a client that hangs up cancels it while
+    # it waits for its first. 0.5.19 then only drops its state, so the plugin aborts it first.
+    names = fake_names(_serving(), release)
+    tm = names.TokenizerManager(step_s=0.01)
+    tracker = Tracker(SGLangEngine(names, tm))
+    obj = names.GenerateReqInput(rid="hung-up", input_ids=[1, 2, 3], stream=False,
+                                 sampling_params={"max_new_tokens": 2000, "ignore_eos": True})
+    stream = tracker.track(tm.generate_request(obj), obj)
+    consumer = asyncio.ensure_future(stream.__anext__())
+    for _ in range(100):
+        if [req.rid for req in tm.scheduler.running] == ["hung-up"]:
+            break
+        await asyncio.sleep(0.01)
+    tracker.dispatched("hung-up")  # what the dispatch hook says (no hooks applied here)
+    assert [req.rid for req in tm.scheduler.running] == ["hung-up"]
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
+    for _ in range(100):  # a few steps; the request alone would run 20 s
+        if not tm.scheduler.running and tracker.registry.get("hung-up") is None:
+            break
+        await asyncio.sleep(0.01)
+    assert tm.scheduler.running == [] and tracker.registry.get("hung-up") is None

@@ -266,6 +266,9 @@ class Tracker:
                     break  # from here on an abort goes through the scheduler
             return await step
         except asyncio.CancelledError:
+            # The caller went before the first output (a non-streaming request has only its
+            # last): as for a generator closed early, the scheduler must hear of it.
+            self.abort_on_close(obj)
             step.cancel()
             raise
 
