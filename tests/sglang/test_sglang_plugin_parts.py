@@ -216,6 +216,7 @@ async def test_a_scheduler_pause_right_after_an_abort_still_ends_the_aborted_req
     assert seam.tracker.scheduler_pause == "retract"
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
 async def test_a_request_closed_early_stops_running_in_the_scheduler(release):
     # 0.5.23 aborts a dispatched request when its generator closes; 0.5.19 only drops its state,
