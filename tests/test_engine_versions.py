@@ -9,6 +9,7 @@ on the fakes; the features each release is expected to have are in the manifests
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -67,7 +68,7 @@ def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
     ]
 
 
-@pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("vllm", "0.35.0"), ("sglang", "0.5.19"), ("sglang", "0.6.0")])
+@pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("vllm", "0.35.0"), ("sglang", "0.5.18"), ("sglang", "0.6.0")])
 def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     with pytest.raises(StartupError) as info:
         MANIFESTS[engine].check_version(version)
@@ -76,7 +77,8 @@ def test_a_release_outside_the_range_is_refused_by_name(engine, version):
 
 # Every release's real server, and the fakes that follow a release.
 LOG_TARGETS = {**{str(r): (r.engine, r.version) for r in SUPPORTED if r.tested == "real"},
-               "vllm-0.31-stub": ("vllm", "0.31.0"), "vllm-0.34-stub": ("vllm", "0.34.0")}
+               "vllm-0.31-stub": ("vllm", "0.31.0"), "vllm-0.34-stub": ("vllm", "0.34.0"),
+               "sglang-0.5.19-stub": ("sglang", "0.5.19")}
 
 
 @pytest.mark.targets(*LOG_TARGETS)
@@ -89,18 +91,22 @@ def test_the_startup_log_names_the_version_and_its_shims(target):
         assert f"serving the RL control contract on vLLM {version}" in log
         assert f"shims: {'; '.join(shims)}" in log
     else:
-        assert f"SGLang {version}: contract mounted" in log and "shims: none (supported: SGLang 0.5.20 to 0.5.23)" in log
-        assert ("SGLang's own /get_load served as before" in log) == features["legacy_get_load"]
+        # A fake names itself: "SGLang 0.5.19 (engine_plugins fake): contract mounted".
+        assert re.search(rf"SGLang {re.escape(version)}( \(engine_plugins fake\))?: contract mounted", log)
+        assert f"shims: none (supported: SGLang {SGLANG.supported})" in log
+        for feature in SGLANG.features:
+            assert (feature.shim in log) == (features[feature.key] == feature.on_presence), feature.key
 
 
 def test_a_release_below_the_range_whose_own_imports_fail_is_still_refused_by_name(monkeypatch):
-    # SGLang 0.5.19 layered over a newer transformers raises ValueError ("'qwen3_asr' is already
-    # used by a Transformers config") when the probe imports its http_server: the refusal stands.
+    # An SGLang below the range layered over a newer transformers raises ValueError (0.5.19 over
+    # the pinned venv's: "'qwen3_asr' is already used by a Transformers config") when the probe
+    # imports its http_server: the refusal stands.
     def failing_probe(manifest, resolver=None):
         raise ValueError("'qwen3_asr' is already used by a Transformers config, pick another name.")
 
-    monkeypatch.setattr(EngineManifest, "installed_version", lambda manifest: "0.5.19")
+    monkeypatch.setattr(EngineManifest, "installed_version", lambda manifest: "0.5.18")
     monkeypatch.setattr(EngineManifest, "probe", failing_probe)
     with pytest.raises(StartupError) as info:
         sglang_facade.load_names()
-    assert str(info.value) == "engine_plugins: SGLang 0.5.19 is not supported; the plugin supports SGLang 0.5.20 to 0.5.23"
+    assert str(info.value) == f"engine_plugins: SGLang 0.5.18 is not supported; the plugin supports SGLang {SGLANG.supported}"

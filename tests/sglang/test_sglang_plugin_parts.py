@@ -1,5 +1,5 @@
 """The SGLang plugin's parts that need no server: route replacement, the startup checks, the
-hooks in SGLang's registry, seeds."""
+hooks in SGLang's registry, seeds, the shims of SGLang before 0.5.20."""
 
 import asyncio
 import types
@@ -12,6 +12,7 @@ from engine_plugins.contract.errors import ContractError, StartupError
 from engine_plugins.contract.schema import SamplingParams
 from engine_plugins.engines.sglang import plugin
 from engine_plugins.engines.sglang.facade import SGLangEngine, check_names
+from engine_plugins.engines.sglang.manifest import MANIFEST
 from engine_plugins.engines.sglang.routes import mount
 from engine_plugins.engines.sglang.seam import SGLangSeam
 from engine_plugins.engines.sglang.tracking import Tracker, register_hooks
@@ -86,7 +87,7 @@ def test_a_missing_sglang_name_stops_startup_naming_the_version():
     names.version = "0.5.21"
     with pytest.raises(StartupError) as info:
         check_names(names)
-    assert "SGLang 0.5.21" in str(info.value) and "TokenizerManager._mark_state_dispatched" in str(info.value)
+    assert "SGLang 0.5.21" in str(info.value) and "TokenizerManager._send_one_request(tokenized_obj)" in str(info.value)
     assert "0.5.23" in str(info.value)
 
 
@@ -153,13 +154,13 @@ def test_contract_keys_follow_sglangs_admin_optional_rule():
     assert names.api_keys() == []
 
 
-@pytest.mark.parametrize("version", ["0.5.19", "0.5.24", "0.6.0"])
+@pytest.mark.parametrize("version", ["0.5.18", "0.5.24", "0.6.0"])
 def test_an_sglang_outside_the_supported_range_stops_startup_naming_it_and_the_range(version):
     names = fake_names(_serving())
     names.version = version
     with pytest.raises(StartupError) as info:
         check_names(names)
-    assert f"SGLang {version} is not supported" in str(info.value) and "SGLang 0.5.20 to 0.5.23" in str(info.value)
+    assert f"SGLang {version} is not supported" in str(info.value) and f"SGLang {MANIFEST.supported}" in str(info.value)
 
 
 def _seam_with_dispatched(rids: list[str]) -> tuple[SGLangSeam, list]:
@@ -213,3 +214,66 @@ async def test_a_scheduler_pause_right_after_an_abort_still_ends_the_aborted_req
     pause, *aborts = sent
     assert pause.mode == "retract" and sorted(m.rid for m in aborts) == rids
     assert seam.tracker.scheduler_pause == "retract"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+async def test_a_request_closed_early_stops_running_in_the_scheduler(release):
+    # 0.5.23 aborts a dispatched request when its generator closes; 0.5.19 only drops its state,
+    # so the plugin aborts it first. Either way the scheduler stops decoding it.
+    names = fake_names(_serving(), release)
+    tm = names.TokenizerManager(step_s=0.01)
+    tracker = Tracker(SGLangEngine(names, tm))
+    obj = names.GenerateReqInput(rid="closed-early", input_ids=[1, 2, 3], stream=True,
+                                 sampling_params={"max_new_tokens": 2000, "ignore_eos": True})
+    stream = tracker.track(tm.generate_request(obj), obj)
+    await stream.__anext__()
+    tracker.dispatched("closed-early")  # what the dispatch hook says (no hooks applied here)
+    assert [req.rid for req in tm.scheduler.running] == ["closed-early"]
+    await stream.aclose()
+    for _ in range(100):  # a few steps; the request alone would run 20 s
+        if not tm.scheduler.running and tracker.registry.get("closed-early") is None:
+            break
+        await asyncio.sleep(0.01)
+    assert tm.scheduler.running == [] and tracker.registry.get("closed-early") is None
+
+
+def test_the_dispatch_mark_is_sglangs_own_from_0_5_20_and_the_sends_before():
+    registered = []
+    for release in ("0.5.19", "0.5.23"):
+        names = fake_names(_serving(), release)
+        names.HookRegistry = types.SimpleNamespace(register=lambda target, hook, kind: registered.append((target.rsplit(".", 2)[-2:], kind.value)))
+        register_hooks(names)
+    assert (["TokenizerManager0519", "_send_one_request"], "after") in registered
+    assert (["TokenizerManager0519", "_send_batch_request"], "after") in registered
+    assert (["TokenizerManager0519", "_mark_state_dispatched"], "around") not in registered
+    assert (["TokenizerManager", "_mark_state_dispatched"], "around") in registered
+    assert not any(target[0] == "TokenizerManager" and target[1].startswith("_send_") for target, _ in registered)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+async def test_a_request_cancelled_before_its_first_output_stops_running_in_the_scheduler(release):
+    # A non-streaming request has one output, its last: a client that hangs up cancels it while
+    # it waits for its first. 0.5.19 then only drops its state, so the plugin aborts it first.
+    names = fake_names(_serving(), release)
+    tm = names.TokenizerManager(step_s=0.01)
+    tracker = Tracker(SGLangEngine(names, tm))
+    obj = names.GenerateReqInput(rid="hung-up", input_ids=[1, 2, 3], stream=False,
+                                 sampling_params={"max_new_tokens": 2000, "ignore_eos": True})
+    stream = tracker.track(tm.generate_request(obj), obj)
+    consumer = asyncio.ensure_future(stream.__anext__())
+    for _ in range(100):
+        if [req.rid for req in tm.scheduler.running] == ["hung-up"]:
+            break
+        await asyncio.sleep(0.01)
+    tracker.dispatched("hung-up")  # what the dispatch hook says (no hooks applied here)
+    assert [req.rid for req in tm.scheduler.running] == ["hung-up"]
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
+    for _ in range(100):  # a few steps; the request alone would run 20 s
+        if not tm.scheduler.running and tracker.registry.get("hung-up") is None:
+            break
+        await asyncio.sleep(0.01)
+    assert tm.scheduler.running == [] and tracker.registry.get("hung-up") is None

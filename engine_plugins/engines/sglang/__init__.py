@@ -1,4 +1,4 @@
-"""The SGLang plugin: the contract on SGLang's own HTTP server (SGLang 0.5.20 to 0.5.23).
+"""The SGLang plugin: the contract on SGLang's own HTTP server (SGLang 0.5.19 to 0.5.23).
 
 - :mod:`.plugin`: the ``sglang.srt.plugins`` entry point that puts the parts together;
 - :mod:`.manifest`: every SGLang name the plugin uses and the supported releases (data, checked at startup);

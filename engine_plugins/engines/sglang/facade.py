@@ -27,6 +27,8 @@ from typing import Any, AsyncIterator, Callable, Optional
 from engine_plugins.engines.engine_manifest import at_least, missing_attributes
 from engine_plugins.core.model_limits import ModelLimits
 from engine_plugins.engines.sglang.manifest import (
+    ABORT_ON_CLOSE,
+    DISPATCH_MARK,
     HOOK_REGISTRY_MODULE,
     HTTP_SERVER_MODULE,
     IO_STRUCT_MODULE,
@@ -73,6 +75,12 @@ class SGLangNames:
     EndWeightUpdateReqInput: Optional[type] = None
     parallel: Callable[[], Any] = lambda: None
     """SGLang's ``get_parallel()`` (``dp_size``, ``enable_dp_attention``); None where unknown."""
+    dispatch_mark: bool = True
+    """The TokenizerManager marks each request state dispatched (``_mark_state_dispatched``,
+    ``ReqState.dispatched`` and ``abort_sent``: 0.5.20 on); else the plugin hooks the sends."""
+    aborts_on_close: bool = True
+    """A closed ``generate_request`` aborts its dispatched requests (0.5.20 on); before, SGLang
+    only drops their states, and the plugin aborts them first."""
 
     @property
     def app(self) -> Any:
@@ -116,6 +124,27 @@ class SGLangNames:
         ``AFTER``: ``hook(result, self, ...)``)."""
         cls = self.TokenizerManager
         self.HookRegistry.register(f"{cls.__module__}.{cls.__qualname__}.{method}", hook, getattr(self.HookType, kind))
+
+    def dispatch_hooks(self, dispatched: Callable[[Any, str], None]) -> dict[str, tuple[Callable, str]]:
+        """The hooks that tell *dispatched(tm, rid)* each request SGLang has sent to the
+        scheduler, by the method each hooks and its kind: an AROUND hook on the TokenizerManager's
+        own mark where it has one, else AFTER hooks on the two sends (synchronous before 0.5.20,
+        with no await between the send and the hook)."""
+        if self.dispatch_mark:
+            def mark_state_dispatched(original: Any, tm: Any, rid: str) -> None:
+                original(tm, rid)
+                dispatched(tm, rid)
+
+            return {"_mark_state_dispatched": (mark_state_dispatched, "AROUND")}
+
+        def sent_one(result: Any, tm: Any, tokenized_obj: Any, *args: Any, **kwargs: Any) -> None:
+            dispatched(tm, tokenized_obj.rid)
+
+        def sent_batch(result: Any, tm: Any, tokenized_objs: Any, *args: Any, **kwargs: Any) -> None:
+            for tokenized_obj in tokenized_objs:
+                dispatched(tm, tokenized_obj.rid)
+
+        return {"_send_one_request": (sent_one, "AFTER"), "_send_batch_request": (sent_batch, "AFTER")}
 
     def tokenizer_manager_method(self, method: str) -> Any:
         """``TokenizerManager.<method>`` as the class holds it now (hooked or not)."""
@@ -283,6 +312,8 @@ def load_names() -> SGLangNames:
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
         loads_header=loads_header,
         notes=MANIFEST.shims(report),
+        dispatch_mark=report.features[DISPATCH_MARK],
+        aborts_on_close=report.features[ABORT_ON_CLOSE],
         BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
         EndWeightUpdateReqInput=getattr(io_struct, "EndWeightUpdateReqInput", None),
         parallel=get_parallel,
@@ -358,9 +389,9 @@ class SGLangEngine:
     def abort(self, rid: str) -> None:
         """SGLang's abort of *rid*, sent even if one was sent before: SGLang sends one abort per
         request state, and one sent while the request was held reached a scheduler that did not
-        know it yet."""
+        know it yet. (Before 0.5.20 SGLang sends every abort: no ``abort_sent`` to reset.)"""
         state = self.tm.rid_to_state.get(rid)
-        if state is not None:
+        if state is not None and self.names.dispatch_mark:
             state.abort_sent = False
         self.tm.abort_request(rid)
 

@@ -12,14 +12,13 @@ from engine_plugins.engines.engine_manifest import EngineManifest
 from engine_plugins.engines.probe import EngineName, Feature
 
 # The SGLang releases the plugin supports (every 0.5.23.x included).
-LOWEST_VERSION, HIGHEST_VERSION = "0.5.20", "0.5.23"
+LOWEST_VERSION, HIGHEST_VERSION = "0.5.19", "0.5.23"
 
 # Methods of the TokenizerManager class the plugin calls or hooks.
 TOKENIZER_MANAGER_METHODS = (
     "__init__",
     "generate_request",
     "_create_tokenized_object",
-    "_mark_state_dispatched",
     "abort_request",
     "pause_generation",
     "continue_generation",
@@ -31,7 +30,6 @@ TOKENIZER_MANAGER_METHODS = (
 TOKENIZER_MANAGER_ATTRIBUTES = (
     "rid_to_state", "is_pause", "is_pause_cond", "incremental_streaming_output", "model_config", "context_len",
 )
-REQ_STATE_FIELDS = ("dispatched", "abort_sent")
 # Fields of the request objects the plugin builds or reads.
 REQUEST_FIELDS = {
     "GenerateReqInput": ("rid", "input_ids", "sampling_params", "stream", "return_logprob"),
@@ -74,8 +72,10 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n(_TM, "TokenizerManager.generate_request", "obj", "request"),
     _n(_TM, "TokenizerManager.abort_request", "rid", "abort_all"),
     _n(_TM, "TokenizerManager.update_weight_version", "obj"),
+    # Where a request is sent to the scheduler: the dispatch mark's hooks where SGLang has none.
+    _n(_TM, "TokenizerManager._send_one_request", "tokenized_obj"),
+    _n(_TM, "TokenizerManager._send_batch_request", "tokenized_objs"),
     *(_n(_TM, f"TokenizerManager.{a}", on_self=True) for a in TOKENIZER_MANAGER_ATTRIBUTES),
-    *(_n(_TM, f"ReqState.{f}") for f in REQ_STATE_FIELDS),
     *(_n("managers.io_struct", f"{cls}.{f}") for cls, fields in REQUEST_FIELDS.items() for f in fields),
     _n("managers.io_struct", "ContinueGenerationReqInput"),
     _n("managers.io_struct", "TokenizedGenerateReqInput.rid"),
@@ -107,15 +107,25 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
 # (removed in 0.5.21) needs no shim: the plugin leaves it as SGLang serves it.
 LEGACY_GET_LOAD = "legacy_get_load"
 WEIGHT_UPDATE_SESSION = "weight_update_session"
+# 0.5.20 on: the TokenizerManager marks each request state dispatched (``ReqState.dispatched``,
+# with ``abort_sent``, which de-duplicates aborts), and its failure path aborts dispatched requests.
+DISPATCH_MARK = "dispatch_mark"
+ABORT_ON_CLOSE = "abort_on_close"
 FEATURES: tuple[Feature, ...] = (
+    Feature(DISPATCH_MARK, _n(_TM, "TokenizerManager._mark_state_dispatched"),
+            "dispatch mark: hooks after _send_one_request and _send_batch_request mark each request dispatched"),
+    Feature(ABORT_ON_CLOSE, _n(_TM, "TokenizerManager._release_req_states_on_failure"),
+            "a request closed early is aborted by the plugin first (SGLang only drops its state)"),
     Feature(LEGACY_GET_LOAD, _n("entrypoints.http_server", "get_load"), "SGLang's own /get_load served as before",
             on_presence=True),
     Feature(WEIGHT_UPDATE_SESSION, _n("managers.io_struct", "BeginWeightUpdateReqInput"),
             "sessionless tensor and distributed weight updates get a session from the plugin", on_presence=True),
 )
 
-_BEFORE_SESSIONS = {LEGACY_GET_LOAD: True, WEIGHT_UPDATE_SESSION: False}
-_WITH_SESSIONS = {LEGACY_GET_LOAD: False, WEIGHT_UPDATE_SESSION: True}
+_MARKED = {DISPATCH_MARK: True, ABORT_ON_CLOSE: True}
+_UNMARKED = {DISPATCH_MARK: False, ABORT_ON_CLOSE: False}
+_BEFORE_SESSIONS = {LEGACY_GET_LOAD: True, WEIGHT_UPDATE_SESSION: False, **_MARKED}
+_WITH_SESSIONS = {LEGACY_GET_LOAD: False, WEIGHT_UPDATE_SESSION: True, **_MARKED}
 
 MANIFEST = EngineManifest(
     engine="SGLang",
@@ -124,5 +134,5 @@ MANIFEST = EngineManifest(
     highest=HIGHEST_VERSION,
     required=REQUIRED_NAMES,
     features=FEATURES,
-    releases={"0.5.20": _BEFORE_SESSIONS, "0.5.21": _WITH_SESSIONS, "0.5.22": _WITH_SESSIONS, "0.5.23": _WITH_SESSIONS},
+    releases={"0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED}, "0.5.20": _BEFORE_SESSIONS, "0.5.21": _WITH_SESSIONS, "0.5.22": _WITH_SESSIONS, "0.5.23": _WITH_SESSIONS},
 )

@@ -10,8 +10,9 @@ Hooks on the TokenizerManager, registered with SGLang's own hook registry (so th
 names this plugin), complete the fence (:func:`register_hooks`):
 
 - construction: the TokenizerManager is checked and its request states tracked, at startup;
-- the dispatch mark: the entry is marked dispatched, and an abort that came while the request
-  was held is sent again, since SGLang's first abort reached a scheduler that did not know it;
+- the dispatch mark (SGLang's own, or before 0.5.20 its two sends): the entry is marked
+  dispatched, and an abort that came while the request was held is sent again, since SGLang's
+  first abort reached a scheduler that did not know it;
 - the request entry: while a request is held (at the pause gate, or tokenizing), an abort ends
   it at once with the answer SGLang gives for a request aborted in its waiting queue; otherwise
   an abort-all during a pause would return only after resume;
@@ -208,17 +209,33 @@ class Tracker:
         if out is None:
             yield self.sglang.aborted_before_dispatch(obj)
             return
+        ended = False
         try:
             while True:
                 yield out
                 try:
                     out = await inner.__anext__()
                 except StopAsyncIteration:
+                    ended = True
                     return
         finally:
             # A caller that stops early (a cancelled partial generation) closes SGLang's
-            # generator too, whose failure path aborts the request in the scheduler.
+            # generator too, whose failure path aborts the request in the scheduler (0.5.20 on).
+            if not ended:
+                self.abort_on_close(obj)
             await inner.aclose()
+
+    def abort_on_close(self, obj: Any) -> None:
+        """Before its generator is closed early, abort *obj*'s dispatched requests where SGLang
+        would only drop their states (before 0.5.20), leaving the scheduler to run them to the end.
+        The abort must come first: SGLang ignores one for a rid it no longer holds."""
+        if self.sglang.names.aborts_on_close:
+            return
+        rid = self.sglang.names.request_rid(obj)
+        for one in rid if isinstance(rid, list) else [rid]:
+            entry = self.registry.get(one) if isinstance(one, str) else None
+            if entry is not None and entry.dispatched:
+                self.sglang.abort(one)
 
     async def _first_step(self, inner: AsyncIterator[dict], obj: Any) -> Optional[dict]:
         """The first output, or None when the request was aborted before it was dispatched."""
@@ -249,6 +266,9 @@ class Tracker:
                     break  # from here on an abort goes through the scheduler
             return await step
         except asyncio.CancelledError:
+            # The caller went before the first output (a non-streaming request has only its
+            # last): as for a generator closed early, the scheduler must hear of it.
+            self.abort_on_close(obj)
             step.cancel()
             raise
 
@@ -317,10 +337,6 @@ def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True) -> Regis
             return _refuse(problem)
         return tracker.track(original(tm, obj, request), obj)
 
-    def mark_state_dispatched(original: Any, tm: Any, rid: str) -> None:
-        original(tm, rid)
-        tracker_for(names, tm).dispatched(rid)
-
     def abort_request(original: Any, tm: Any, rid: str = "", abort_all: bool = False) -> Any:
         tracker_for(names, tm).native_abort(rid, abort_all)
         return original(tm, rid, abort_all)
@@ -335,7 +351,7 @@ def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True) -> Regis
         "__init__": (after_init, "AFTER"),
         "generate_request": (generate_request, "AROUND"),
         "_create_tokenized_object": (create_tokenized_object, "AROUND"),
-        "_mark_state_dispatched": (mark_state_dispatched, "AROUND"),
+        **names.dispatch_hooks(lambda tm, rid: tracker_for(names, tm).dispatched(rid)),
         "abort_request": (abort_request, "AROUND"),
         "pause_generation": (pause_generation, "AROUND"),
         "continue_generation": (continue_generation, "AROUND"),

@@ -34,6 +34,8 @@ def main() -> None:
                         help="seconds between SGLang deleting an aborted request's state and the request's task handing on its answer")
     parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="SGLang without engine-plugins")
     parser.add_argument("--legacy-loads", action="store_true", help="an older SGLang: /get_load instead of /v1/loads")
+    parser.add_argument("--like-0.5.19", dest="like_0519", action="store_true",
+                        help="SGLang 0.5.19: no dispatch mark, a closed request's states only dropped, /get_load")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     serving = SimpleNamespace(
@@ -44,7 +46,7 @@ def main() -> None:
         dp_size=args.dp_size,
     )
     if args.plugin:
-        install(fake_names(serving))
+        install(fake_names(serving, "0.5.19" if args.like_0519 else "0.5.23"))
         HookRegistry.apply_hooks(source="engine_plugins")
     http_server.launch_server(args)
 

@@ -201,12 +201,14 @@ def launch_server(server_args: Any) -> None:
     """As SGLang's (3125): build the TokenizerManager, set the global state, serve.
 
     ``server_args.legacy_loads``: serve an older SGLang's ``/get_load`` instead of ``/v1/loads``.
+    ``server_args.like_0519``: SGLang 0.5.19's TokenizerManager (and its ``/get_load``).
     """
     import uvicorn
 
-    from .tokenizer_manager import TokenizerManager
+    from .tokenizer_manager import TokenizerManager, TokenizerManager0519
 
-    if getattr(server_args, "legacy_loads", False):
+    like_0519 = getattr(server_args, "like_0519", False)
+    if like_0519 or getattr(server_args, "legacy_loads", False):
         v1_loads_router.routes.clear()
         getattr(v1_loads_router, "_mark_routes_changed", lambda: None)()  # FastAPI caches included routes
         app.add_api_route("/get_load", get_load, methods=["GET"])
@@ -214,7 +216,7 @@ def launch_server(server_args: Any) -> None:
         from .auth import add_api_key_middleware
 
         add_api_key_middleware(app, server_args.api_key, server_args.admin_api_key)
-    tm = TokenizerManager(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference,
+    tm = (TokenizerManager0519 if like_0519 else TokenizerManager)(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference,
                           dp_size=server_args.dp_size, aborted_answer_delay_s=server_args.aborted_answer_delay_s)
     set_global_state(_GlobalState(tokenizer_manager=tm))
     uvicorn.run(app, host=server_args.host, port=server_args.port, log_level="warning")

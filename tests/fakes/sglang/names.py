@@ -4,22 +4,31 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from engine_plugins.engines.probe import ProbeReport
 from engine_plugins.engines.sglang.facade import SGLangNames, check_names
+from engine_plugins.engines.sglang.manifest import (
+    ABORT_ON_CLOSE,
+    DISPATCH_MARK,
+    MANIFEST,
+    WEIGHT_UPDATE_SESSION,
+)
 
 from . import http_server
 from .hook_registry import HookRegistry, HookType
 from .io_struct import (BeginWeightUpdateReqInput, ContinueGenerationReqInput, EndWeightUpdateReqInput, GenerateReqInput,
                         PauseGenerationReqInput, UpdateWeightVersionReqInput)
-from .tokenizer_manager import HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, TokenizerManager
+from .tokenizer_manager import HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, TokenizerManager, TokenizerManager0519
 
 
-def fake_names(serving: SimpleNamespace) -> SGLangNames:
+def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames:
     """The fake's names; *serving* stands for SGLang's ``get_serving()`` bag (keys, flags).
-    Checked as SGLang's are, against the plugin's manifest."""
+    *release*: the SGLang release the fake follows (0.5.23, or 0.5.19), whose features the
+    manifest lists. Checked as SGLang's are, against the plugin's manifest."""
+    features = MANIFEST.releases[release]
     names = SGLangNames(
-        version="0.5.23 (engine_plugins fake)",
+        version=f"{release} (engine_plugins fake)",
         http_server=http_server,
-        TokenizerManager=TokenizerManager,
+        TokenizerManager=TokenizerManager0519 if release == "0.5.19" else TokenizerManager,
         ReqState=ReqState,
         LoadSnapshot=LoadSnapshot,
         GenerateReqInput=GenerateReqInput,
@@ -32,9 +41,12 @@ def fake_names(serving: SimpleNamespace) -> SGLangNames:
         deterministic_inference=lambda: serving.enable_deterministic_inference,
         admin_optional="admin_optional",
         health_check_prefix=HEALTH_CHECK_RID_PREFIX,
-        BeginWeightUpdateReqInput=BeginWeightUpdateReqInput,
-        EndWeightUpdateReqInput=EndWeightUpdateReqInput,
+        BeginWeightUpdateReqInput=BeginWeightUpdateReqInput if features[WEIGHT_UPDATE_SESSION] else None,
+        EndWeightUpdateReqInput=EndWeightUpdateReqInput if features[WEIGHT_UPDATE_SESSION] else None,
         parallel=lambda: SimpleNamespace(dp_size=getattr(serving, "dp_size", 1)),
+        notes=MANIFEST.shims(ProbeReport(features=dict(features))),
+        dispatch_mark=features[DISPATCH_MARK],
+        aborts_on_close=features[ABORT_ON_CLOSE],
     )
     check_names(names)
     return names

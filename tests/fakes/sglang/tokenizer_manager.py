@@ -160,6 +160,14 @@ class TokenizerManager:
         self._dispatch_to_scheduler(tokenized_obj)
         self._mark_state_dispatched(tokenized_obj.rid)
 
+    async def _send_batch_request(self, tokenized_objs: list[TokenizedGenerateReqInput]) -> None:
+        """1812-1850: one message for the batch, then each state marked (this fake's requests
+        are single, so only the plugin's manifest check sees it)."""
+        await asyncio.sleep(0)
+        self._dispatch_to_scheduler(list(tokenized_objs))
+        for tokenized_obj in tokenized_objs:
+            self._mark_state_dispatched(tokenized_obj.rid)
+
     def _mark_state_dispatched(self, rid: str) -> None:
         """1802-1810."""
         state = self.rid_to_state.get(rid)
@@ -367,3 +375,69 @@ def _add_weight_versions(meta_info: dict, spans: list[dict], num_output_tokens: 
     meta_info["weight_versions"] = [{**s, "end": min(s["end"], num_output_tokens)} for s in visible]
     if visible:
         meta_info["weight_version"] = visible[-1]["version"]
+
+
+class TokenizerManager0519(TokenizerManager):
+    """SGLang 0.5.19's differences (``managers/tokenizer_manager.py`` of 0.5.19): the sends are
+    synchronous and mark nothing (no ``_mark_state_dispatched``; the plugin hooks the sends), a
+    failed or closed request only has its states dropped (``_discard_pending_req_states``,
+    820-835: a dispatched one runs on in the scheduler), and every abort is sent (no ``abort_sent``,
+    1964-1981)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._past_gate = 0
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[dict]:
+        """780-835: as 0.5.23's, with the synchronous send and the failure path that only drops states."""
+        self.auto_create_handle_loop()
+        obj.normalize_batch_and_arguments()
+        self._init_req_state(obj, request)
+        try:
+            async with self.is_pause_cond:
+                await self.is_pause_cond.wait_for(lambda: not self.is_pause)
+            # Past the gate a request holds model_update_lock's reader lock, which the abort
+            # pause waits on; a count stands for it here.
+            self._past_gate += 1
+            try:
+                tokenized_obj = await self._tokenize_one_request(obj)
+                self._send_one_request(tokenized_obj)
+                async for response in self._wait_one_response(obj, request):
+                    yield response
+            finally:
+                self._past_gate -= 1
+        except BaseException:
+            self._discard_pending_req_states(obj)
+            raise
+
+    def _send_one_request(self, tokenized_obj: TokenizedGenerateReqInput) -> None:  # type: ignore[override]
+        """1557-1577."""
+        self._dispatch_to_scheduler(tokenized_obj)
+
+    def _send_batch_request(self, tokenized_objs: list[TokenizedGenerateReqInput]) -> None:  # type: ignore[override]
+        """1579-1610."""
+        self._dispatch_to_scheduler(list(tokenized_objs))
+
+    def _discard_pending_req_states(self, obj: GenerateReqInput) -> None:
+        """3443-3455: whatever states are left are dropped; the scheduler is not told."""
+        self.rid_to_state.pop(obj.rid, None)
+
+    def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
+        """1964-1981: an unknown rid sends nothing; a known one is sent every time."""
+        if not abort_all and (not rid or rid not in self.rid_to_state):
+            return
+        self._dispatch_to_scheduler(AbortReq(rid=rid, abort_all=abort_all))
+
+    async def pause_generation(self, obj: PauseGenerationReqInput) -> None:
+        """1983-1996: abort mode aborts every second until no request holds the update lock."""
+        if obj.mode != "abort":
+            await super().pause_generation(obj)
+            return
+        self.auto_create_handle_loop()
+        async with self.is_pause_cond:
+            self.is_pause = True
+            while True:
+                self.abort_request(abort_all=True)
+                if not self._past_gate:
+                    break
+                await asyncio.sleep(1.0)
