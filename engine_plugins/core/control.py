@@ -45,12 +45,12 @@ AbortDispatch = Callable[..., Awaitable[AbortResult]]
 BumpDispatch = Callable[..., Awaitable[UpdateWeightVersionResult]]
 """Called as ``dispatch(new_version=, abort_all_requests=)``; returns the bump's result."""
 
-# The reason of the abort hook call being answered, so that an abort reaching the control through
-# a plugin that does not pass the reason on still marks its requests with it.
 logger = logging.getLogger("engine_plugins")
 # How many of the requests an abort with wait left in flight its warning names.
 STUCK_NAMED = 8
 
+# The reason of the abort hook call being answered, so that an abort reaching the control through
+# a plugin that does not pass the reason on still marks its requests with it.
 _abort_reason: contextvars.ContextVar[str] = contextvars.ContextVar("engine_plugins_abort_reason", default="request")
 
 # A cancelled generation's cancel_reason, from the reason of the abort that cut it.
