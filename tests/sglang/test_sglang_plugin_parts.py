@@ -3,6 +3,7 @@ hooks in SGLang's registry, seeds, the shims of SGLang before 0.5.20."""
 
 import asyncio
 import types
+from typing import Any
 
 import httpx
 import pytest
@@ -221,21 +222,12 @@ async def test_a_scheduler_pause_right_after_an_abort_still_ends_the_aborted_req
 async def test_a_request_closed_early_stops_running_in_the_scheduler(release):
     # 0.5.23 aborts a dispatched request when its generator closes; 0.5.19 only drops its state,
     # so the plugin aborts it first. Either way the scheduler stops decoding it.
-    names = fake_names(_serving(), release)
-    tm = names.TokenizerManager(step_s=0.01)
-    tracker = Tracker(SGLangEngine(names, tm))
-    obj = names.GenerateReqInput(rid="closed-early", input_ids=[1, 2, 3], stream=True,
-                                 sampling_params={"max_new_tokens": 2000, "ignore_eos": True})
-    stream = tracker.track(tm.generate_request(obj), obj)
+    tm, tracker, stream = _tracked_request(release, "closed-early", stream=True)
     await stream.__anext__()
     tracker.dispatched("closed-early")  # what the dispatch hook says (no hooks applied here)
     assert [req.rid for req in tm.scheduler.running] == ["closed-early"]
     await stream.aclose()
-    for _ in range(100):  # a few steps; the request alone would run 20 s
-        if not tm.scheduler.running and tracker.registry.get("closed-early") is None:
-            break
-        await asyncio.sleep(0.01)
-    assert tm.scheduler.running == [] and tracker.registry.get("closed-early") is None
+    await _wait_until_gone(tm, tracker, "closed-early")
 
 
 def test_the_dispatch_mark_is_sglangs_own_from_0_5_20_and_the_sends_before():
@@ -256,12 +248,7 @@ def test_the_dispatch_mark_is_sglangs_own_from_0_5_20_and_the_sends_before():
 async def test_a_request_cancelled_before_its_first_output_stops_running_in_the_scheduler(release):
     # A non-streaming request has one output, its last: a client that hangs up cancels it while
     # it waits for its first. 0.5.19 then only drops its state, so the plugin aborts it first.
-    names = fake_names(_serving(), release)
-    tm = names.TokenizerManager(step_s=0.01)
-    tracker = Tracker(SGLangEngine(names, tm))
-    obj = names.GenerateReqInput(rid="hung-up", input_ids=[1, 2, 3], stream=False,
-                                 sampling_params={"max_new_tokens": 2000, "ignore_eos": True})
-    stream = tracker.track(tm.generate_request(obj), obj)
+    tm, tracker, stream = _tracked_request(release, "hung-up", stream=False)
     consumer = asyncio.ensure_future(stream.__anext__())
     for _ in range(100):
         if [req.rid for req in tm.scheduler.running] == ["hung-up"]:
@@ -272,8 +259,25 @@ async def test_a_request_cancelled_before_its_first_output_stops_running_in_the_
     consumer.cancel()
     with pytest.raises(asyncio.CancelledError):
         await consumer
-    for _ in range(100):  # a few steps; the request alone would run 20 s
-        if not tm.scheduler.running and tracker.registry.get("hung-up") is None:
+    await _wait_until_gone(tm, tracker, "hung-up")
+
+
+def _tracked_request(release: str, rid: str, stream: bool) -> tuple:
+    """A fake TokenizerManager of *release* with a tracker, and the tracked generator of one
+    2,000-token request *rid* (not started)."""
+    names = fake_names(_serving(), release)
+    tm = names.TokenizerManager(step_s=0.01)
+    tracker = Tracker(SGLangEngine(names, tm))
+    obj = names.GenerateReqInput(rid=rid, input_ids=[1, 2, 3], stream=stream,
+                                 sampling_params={"max_new_tokens": 2000, "ignore_eos": True})
+    return tm, tracker, tracker.track(tm.generate_request(obj), obj)
+
+
+async def _wait_until_gone(tm: Any, tracker: Tracker, rid: str) -> None:
+    """Wait a few scheduler steps (the request alone would run 20 s) for *rid* to leave both the
+    scheduler and the registry; fail if it does not."""
+    for _ in range(100):
+        if not tm.scheduler.running and tracker.registry.get(rid) is None:
             break
         await asyncio.sleep(0.01)
-    assert tm.scheduler.running == [] and tracker.registry.get("hung-up") is None
+    assert tm.scheduler.running == [] and tracker.registry.get(rid) is None
