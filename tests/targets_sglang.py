@@ -7,6 +7,8 @@
   tiny random model; the plugin is found by SGLang's own ``load_plugins()`` through the editable
   install in ``.engines/sglang``.
 - ``sglang-0.5.19-stub``: the fake as SGLang 0.5.19 (no dispatch mark: the plugin's shims).
+- ``sglang-0.5.18-stub``: the fake as SGLang 0.5.18 (0.5.19's shims, and no weight version in
+  the engine: the plugin keeps it and labels the tokens).
 - ``sglang-stub-dp2``: the fake with two data-parallel ranks behind its DP controller.
 - ``sglang-dp2``: the real server with ``--dp-size 2``: SGLang's data-parallel controller in front
   of two schedulers, one per core.
@@ -86,6 +88,9 @@ TARGETS = {
     # The fake as SGLang 0.5.19: the dispatch-mark shims (its TokenizerManager marks nothing).
     "sglang-0.5.19-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--like-0.5.19",
                                                          name="sglang-0.5.19-stub"),
+    # The fake as SGLang 0.5.18: those shims, and the weight version kept and labelled by the plugin.
+    "sglang-0.5.18-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--like-0.5.18",
+                                                         name="sglang-0.5.18-stub"),
     "sglang-stub-dp2": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--dp-size", str(DP_SIZE),
                                                       name="sglang-stub-dp2"),
     "sglang": lambda tmp: sglang_real_server(tmp),

@@ -1,5 +1,5 @@
 """The SGLang plugin's parts that need no server: route replacement, the startup checks, the
-hooks in SGLang's registry, seeds, the shims of SGLang before 0.5.20."""
+hooks in SGLang's registry, seeds, the shims of SGLang before 0.5.20 (and 0.5.19's weight version)."""
 
 import asyncio
 import types
@@ -155,7 +155,7 @@ def test_contract_keys_follow_sglangs_admin_optional_rule():
     assert names.api_keys() == []
 
 
-@pytest.mark.parametrize("version", ["0.5.18", "0.5.24", "0.6.0"])
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.24", "0.6.0"])
 def test_an_sglang_outside_the_supported_range_stops_startup_naming_it_and_the_range(version):
     names = fake_names(_serving())
     names.version = version
@@ -218,7 +218,7 @@ async def test_a_scheduler_pause_right_after_an_abort_still_ends_the_aborted_req
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.18", "0.5.19", "0.5.23"])
 async def test_a_request_closed_early_stops_running_in_the_scheduler(release):
     # 0.5.23 aborts a dispatched request when its generator closes; 0.5.19 only drops its state,
     # so the plugin aborts it first. Either way the scheduler stops decoding it.
@@ -244,7 +244,7 @@ def test_the_dispatch_mark_is_sglangs_own_from_0_5_20_and_the_sends_before():
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.18", "0.5.19", "0.5.23"])
 async def test_a_request_cancelled_before_its_first_output_stops_running_in_the_scheduler(release):
     # A non-streaming request has one output, its last: a client that hangs up cancels it while
     # it waits for its first. 0.5.19 then only drops its state, so the plugin aborts it first.
@@ -281,3 +281,68 @@ async def _wait_until_gone(tm: Any, tracker: Tracker, rid: str) -> None:
             break
         await asyncio.sleep(0.01)
     assert tm.scheduler.running == [] and tracker.registry.get(rid) is None
+
+
+def test_before_0_5_19_the_plugin_hooks_the_weight_versions_config_value_and_from_0_5_19_nothing():
+    registered = []
+    for release in ("0.5.18", "0.5.19"):
+        names = fake_names(_serving(), release)
+        names.HookRegistry = types.SimpleNamespace(register=lambda target, hook, kind: registered.append((target.rsplit(".", 2)[-2:], kind.value)))
+        register_hooks(names)
+    assert (["TokenizerManager0518", "record_config_updates"], "around") in registered
+    assert not any(target == ["TokenizerManager0519", "record_config_updates"] for target, _ in registered)
+
+
+def _bump_0518(names: Any, tracker: Tracker, version: str, source: str = "http.update_weight_version") -> None:
+    """A change of 0.5.18's weight version through its config value, with the plugin's hook (no
+    hook registry here: the hook is called as SGLang's registry would)."""
+    hook, kind = names.weight_version_hooks(lambda tm, v: tracker.version_changing(v))["record_config_updates"]
+    assert kind == "AROUND"
+    tm = tracker.sglang.tm
+    hook(type(tm).record_config_updates, tm, source, weight_version=version)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stream", [True, False])
+async def test_on_0_5_18_a_requests_tokens_carry_the_version_in_force_when_they_arrived(stream):
+    # SGLang 0.5.18 labels no tokens: the plugin records each change of the TokenizerManager's
+    # version, and the final output gets the spans SGLang 0.5.19 would send.
+    names = fake_names(_serving(), "0.5.18")
+    tm = names.TokenizerManager(step_s=0.002)
+    tracker = Tracker(SGLangEngine(names, tm))
+    obj = names.GenerateReqInput(rid="labelled", input_ids=[1, 2, 3], stream=stream, return_logprob=True,
+                                 sampling_params={"max_new_tokens": 120, "ignore_eos": True})
+    outputs = tracker.track(tm.generate_request(obj), obj)
+    consumer = asyncio.ensure_future(_drain(outputs))
+    for _ in range(500):
+        state = tm.rid_to_state.get("labelled")
+        if state is not None and len(state.output_ids) >= 50:
+            break
+        await asyncio.sleep(0.002)
+    at_bump = len(tm.rid_to_state["labelled"].output_ids)
+    _bump_0518(names, tracker, "v2")
+    last = (await consumer)[-1]["meta_info"]
+    assert tm.config_value("weight_version") == "v2"
+    assert last["weight_versions"] == [{"version": "default", "start": 0, "end": at_bump},
+                                       {"version": "v2", "start": at_bump, "end": 120}]
+    assert last["weight_version"] == "v2" and tracker.labels.pending() == 0
+
+
+@pytest.mark.anyio
+async def test_on_0_5_18_a_change_after_the_last_output_arrived_does_not_relabel_it():
+    names = fake_names(_serving(), "0.5.18")
+    tm = names.TokenizerManager(step_s=0.002)
+    tracker = Tracker(SGLangEngine(names, tm))
+    obj = names.GenerateReqInput(rid="done", input_ids=[1, 2, 3], stream=False, return_logprob=True,
+                                 sampling_params={"max_new_tokens": 20, "ignore_eos": True})
+    outputs = tracker.track(tm.generate_request(obj), obj)
+    # The bump comes right as SGLang deletes the state: the last output is in, not yet handed on.
+    tracker.state_deleted = lambda rid, _deleted=tracker.state_deleted: (_deleted(rid), _bump_0518(names, tracker, "v2"))
+    meta = (await asyncio.wait_for(outputs.__anext__(), 5))["meta_info"]
+    await outputs.aclose()
+    assert meta["weight_versions"] == [{"version": "default", "start": 0, "end": 20}] and meta["weight_version"] == "default"
+    assert tracker.labels.pending() == 0
+
+
+async def _drain(outputs: Any) -> list:
+    return [out async for out in outputs]

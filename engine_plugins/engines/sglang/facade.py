@@ -29,6 +29,7 @@ from engine_plugins.core.model_limits import ModelLimits
 from engine_plugins.engines.sglang.manifest import (
     ABORT_ON_CLOSE,
     DISPATCH_MARK,
+    ENGINE_WEIGHT_VERSION,
     HOOK_REGISTRY_MODULE,
     HTTP_SERVER_MODULE,
     IO_STRUCT_MODULE,
@@ -81,6 +82,10 @@ class SGLangNames:
     aborts_on_close: bool = True
     """A closed ``generate_request`` aborts its dispatched requests (0.5.20 on); before, SGLang
     only drops their states, and the plugin aborts them first."""
+    engine_weight_version: bool = True
+    """SGLang keeps the weight version and labels each request's tokens with it
+    (``TokenizerManager.update_weight_version``, 0.5.19 on); before, the plugin sets the
+    TokenizerManager's config value and counts the labels (:mod:`.version_labels`)."""
 
     @property
     def app(self) -> Any:
@@ -145,6 +150,21 @@ class SGLangNames:
                 dispatched(tm, tokenized_obj.rid)
 
         return {"_send_one_request": (sent_one, "AFTER"), "_send_batch_request": (sent_batch, "AFTER")}
+
+    def weight_version_hooks(self, changing: Callable[[Any, str], None]) -> dict[str, tuple[Callable, str]]:
+        """Where SGLang labels no tokens (before 0.5.19): an AROUND hook on the TokenizerManager's
+        ``record_config_updates`` that tells *changing(tm, new_version)* of every change of the
+        weight version before it is made, whoever makes it (the plugin, SGLang's own
+        ``/update_weight_version`` route, a weight update's ``weight_version``). None from 0.5.19."""
+        if self.engine_weight_version:
+            return {}
+
+        def record_config_updates(original: Any, tm: Any, source: str, **fields: Any) -> Any:
+            if fields.get("weight_version") is not None:
+                changing(tm, str(fields["weight_version"]))
+            return original(tm, source, **fields)
+
+        return {"record_config_updates": (record_config_updates, "AROUND")}
 
     def tokenizer_manager_method(self, method: str) -> Any:
         """``TokenizerManager.<method>`` as the class holds it now (hooked or not)."""
@@ -314,6 +334,7 @@ def load_names() -> SGLangNames:
         notes=MANIFEST.shims(report),
         dispatch_mark=report.features[DISPATCH_MARK],
         aborts_on_close=report.features[ABORT_ON_CLOSE],
+        engine_weight_version=report.features[ENGINE_WEIGHT_VERSION],
         BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
         EndWeightUpdateReqInput=getattr(io_struct, "EndWeightUpdateReqInput", None),
         parallel=get_parallel,
@@ -405,10 +426,18 @@ class SGLangEngine:
         return str(self.tm.config_value("weight_version"))
 
     async def set_weight_version(self, version: str) -> None:
-        """SGLang's version update, without its abort of every request."""
+        """SGLang's version update, without its abort of every request. Before 0.5.19, where
+        SGLang has none, the TokenizerManager's config value, as its own route sets it."""
+        if not self.names.engine_weight_version:
+            self.tm.record_config_updates("http.update_weight_version", weight_version=version)
+            return
         await self.tm.update_weight_version(
             self.names.UpdateWeightVersionReqInput(new_version=version, abort_all_requests=False)
         )
+
+    def output_tokens(self) -> dict[str, int]:
+        """How many output tokens each request SGLang holds has received so far, by rid."""
+        return {rid: len(state.output_ids) for rid, state in self.tm.rid_to_state.items()}
 
     async def rank_loads(self) -> list[dict]:
         """SGLang's ``/v1/loads`` figures per DP rank, every field kept."""

@@ -12,7 +12,7 @@ from engine_plugins.engines.engine_manifest import EngineManifest
 from engine_plugins.engines.probe import EngineName, Feature
 
 # The SGLang releases the plugin supports (every 0.5.23.x included).
-LOWEST_VERSION, HIGHEST_VERSION = "0.5.19", "0.5.23"
+LOWEST_VERSION, HIGHEST_VERSION = "0.5.18", "0.5.23"
 
 # Methods of the TokenizerManager class the plugin calls or hooks.
 TOKENIZER_MANAGER_METHODS = (
@@ -22,7 +22,6 @@ TOKENIZER_MANAGER_METHODS = (
     "abort_request",
     "pause_generation",
     "continue_generation",
-    "update_weight_version",
     "get_loads",
     "config_value",
 )
@@ -71,7 +70,11 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     *(_n(_TM, f"TokenizerManager.{m}") for m in TOKENIZER_MANAGER_METHODS),
     _n(_TM, "TokenizerManager.generate_request", "obj", "request"),
     _n(_TM, "TokenizerManager.abort_request", "rid", "abort_all"),
-    _n(_TM, "TokenizerManager.update_weight_version", "obj"),
+    # Where the TokenizerManager keeps the version it reports (``config_value("weight_version")``):
+    # the plugin sets it there where SGLang has no version update of its own, and hooks it.
+    _n(_TM, "TokenizerManager.record_config_updates", "source"),
+    # The tokens each request has received so far (the weight-version labels where SGLang has none).
+    _n(_TM, "ReqState.output_ids"),
     # Where a request is sent to the scheduler: the dispatch mark's hooks where SGLang has none.
     _n(_TM, "TokenizerManager._send_one_request", "tokenized_obj"),
     _n(_TM, "TokenizerManager._send_batch_request", "tokenized_objs"),
@@ -111,7 +114,13 @@ WEIGHT_UPDATE_SESSION = "weight_update_session"
 # with ``abort_sent``, which de-duplicates aborts), and its failure path aborts dispatched requests.
 DISPATCH_MARK = "dispatch_mark"
 ABORT_ON_CLOSE = "abort_on_close"
+# 0.5.19 on: the engine keeps the weight version (the scheduler labels each request's tokens
+# with it, ``meta_info.weight_versions``); before, only the TokenizerManager's config value.
+ENGINE_WEIGHT_VERSION = "engine_weight_version"
 FEATURES: tuple[Feature, ...] = (
+    Feature(ENGINE_WEIGHT_VERSION, _n(_TM, "TokenizerManager.update_weight_version", "obj"),
+            "weight version: set by the plugin in SGLang's config value, each request's tokens labelled with the "
+            "version in force as they arrive (meta_info.weight_versions as on 0.5.19)"),
     Feature(DISPATCH_MARK, _n(_TM, "TokenizerManager._mark_state_dispatched"),
             "dispatch mark: hooks after _send_one_request and _send_batch_request mark each request dispatched"),
     Feature(ABORT_ON_CLOSE, _n(_TM, "TokenizerManager._release_req_states_on_failure"),
@@ -122,8 +131,9 @@ FEATURES: tuple[Feature, ...] = (
             "sessionless tensor and distributed weight updates get a session from the plugin", on_presence=True),
 )
 
-_MARKED = {DISPATCH_MARK: True, ABORT_ON_CLOSE: True}
-_UNMARKED = {DISPATCH_MARK: False, ABORT_ON_CLOSE: False}
+_MARKED = {DISPATCH_MARK: True, ABORT_ON_CLOSE: True, ENGINE_WEIGHT_VERSION: True}
+_UNMARKED = {DISPATCH_MARK: False, ABORT_ON_CLOSE: False, ENGINE_WEIGHT_VERSION: True}
+_UNVERSIONED = {**_UNMARKED, ENGINE_WEIGHT_VERSION: False}
 _BEFORE_SESSIONS = {LEGACY_GET_LOAD: True, WEIGHT_UPDATE_SESSION: False, **_MARKED}
 _WITH_SESSIONS = {LEGACY_GET_LOAD: False, WEIGHT_UPDATE_SESSION: True, **_MARKED}
 
@@ -134,5 +144,5 @@ MANIFEST = EngineManifest(
     highest=HIGHEST_VERSION,
     required=REQUIRED_NAMES,
     features=FEATURES,
-    releases={"0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED}, "0.5.20": _BEFORE_SESSIONS, "0.5.21": _WITH_SESSIONS, "0.5.22": _WITH_SESSIONS, "0.5.23": _WITH_SESSIONS},
+    releases={"0.5.18": {**_BEFORE_SESSIONS, **_UNVERSIONED}, "0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED}, "0.5.20": _BEFORE_SESSIONS, "0.5.21": _WITH_SESSIONS, "0.5.22": _WITH_SESSIONS, "0.5.23": _WITH_SESSIONS},
 )

@@ -19,7 +19,10 @@ names this plugin), complete the fence (:func:`register_hooks`):
 - SGLang's own abort (``POST /abort_request``, ``abort_all`` too): the held requests it covers
   are ended the same way, instead of running after resume;
 - SGLang's own pause in ``abort`` mode: requests reaching the gate meanwhile keep waiting for
-  ``continue_generation``, as SGLang means them to.
+  ``continue_generation``, as SGLang means them to;
+- before 0.5.19, every change of the TokenizerManager's weight version: each request's tokens so
+  far are recorded under the version they leave, and its final output gets the spans
+  (:mod:`.version_labels`), as SGLang's scheduler does from 0.5.19.
 
 The SGLang behaviour each step relies on is in ``docs/engine-notes.md`` ("SGLang").
 """
@@ -36,6 +39,7 @@ from engine_plugins.core.cache_scope import version_salt
 from engine_plugins.contract.errors import StartupError
 from engine_plugins.core.registry import InFlight, InFlightRegistry
 from engine_plugins.engines.sglang.facade import SGLangEngine, SGLangNames
+from engine_plugins.engines.sglang.version_labels import VersionLabels, final_outputs
 
 
 class TrackedStates(dict):
@@ -104,6 +108,8 @@ class Tracker:
         self.scheduler_pause: Optional[str] = None
         """``in_place`` or ``retract`` while SGLang's scheduler is paused, else None: the one record
         of it, kept by the hooks on the TokenizerManager's pause and continue, which every caller goes through."""
+        self.labels: Optional[VersionLabels] = None if sglang.names.engine_weight_version else VersionLabels()
+        """Each request's weight-version changes, where SGLang labels no tokens (before 0.5.19)."""
 
     def state_created(self, rid: str, state: Any) -> None:
         """SGLang accepted *rid* (health checks excepted: they are not requests)."""
@@ -115,7 +121,16 @@ class Tracker:
 
         SGLang does this in its output loop before it wakes the request's task, so the answer is
         written well after; an abort with wait waits for that too (:mod:`..delivery`)."""
+        if self.labels is not None:
+            # Its last output has arrived: a change made before it is handed on is not its tokens'.
+            self.labels.finished(rid, self.sglang.weight_version())
         self.registry.release(rid)
+
+    def version_changing(self, new_version: str) -> None:
+        """The TokenizerManager's weight version is about to become *new_version* (before 0.5.19):
+        every request's tokens so far were made under the one in force."""
+        if self.labels is not None:
+            self.labels.changing(self.sglang.weight_version(), new_version, self.sglang.output_tokens())
 
     def cache_salt(self, rid: str, extra_key: Optional[str]) -> Optional[str]:
         """The ``extra_key`` that scopes *rid*'s prefix cache by the version it was admitted under,
@@ -200,8 +215,26 @@ class Tracker:
         self._held_aborted.set()
         self._held_aborted = asyncio.Event()
 
-    async def track(self, inner: AsyncIterator[dict], obj: Any) -> AsyncIterator[dict]:
-        """Run SGLang's ``generate_request`` generator, ending it at once if aborted while held."""
+    def track(self, inner: AsyncIterator[dict], obj: Any) -> AsyncIterator[dict]:
+        """Run SGLang's ``generate_request`` generator, ending it at once if aborted while held;
+        before 0.5.19, its final outputs get their weight-version spans."""
+        tracked = self._track(inner, obj)
+        return tracked if self.labels is None else self._labelled(tracked, obj)
+
+    async def _labelled(self, outputs: AsyncIterator[dict], obj: Any) -> AsyncIterator[dict]:
+        """*outputs*, each final one with its spans (:mod:`.version_labels`)."""
+        assert self.labels is not None
+        try:
+            async for out in outputs:
+                for meta_info in final_outputs(out):
+                    self.labels.label(meta_info, self.sglang.weight_version())
+                yield out
+        finally:
+            await outputs.aclose()  # type: ignore[attr-defined]
+            self.labels.forget(self.sglang.names.request_rid(obj))
+
+    async def _track(self, inner: AsyncIterator[dict], obj: Any) -> AsyncIterator[dict]:
+        """:meth:`track` without the labels."""
         try:
             out = await self._first_step(inner, obj)
         except StopAsyncIteration:
@@ -352,6 +385,7 @@ def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True) -> Regis
         "generate_request": (generate_request, "AROUND"),
         "_create_tokenized_object": (create_tokenized_object, "AROUND"),
         **names.dispatch_hooks(lambda tm, rid: tracker_for(names, tm).dispatched(rid)),
+        **names.weight_version_hooks(lambda tm, version: tracker_for(names, tm).version_changing(version)),
         "abort_request": (abort_request, "AROUND"),
         "pause_generation": (pause_generation, "AROUND"),
         "continue_generation": (continue_generation, "AROUND"),

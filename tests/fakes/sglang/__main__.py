@@ -34,8 +34,11 @@ def main() -> None:
                         help="seconds between SGLang deleting an aborted request's state and the request's task handing on its answer")
     parser.add_argument("--no-plugin", dest="plugin", action="store_false", help="SGLang without engine-plugins")
     parser.add_argument("--legacy-loads", action="store_true", help="an older SGLang: /get_load instead of /v1/loads")
-    parser.add_argument("--like-0.5.19", dest="like_0519", action="store_true",
+    parser.add_argument("--like-0.5.19", dest="like", action="store_const", const="0.5.19",
                         help="SGLang 0.5.19: no dispatch mark, a closed request's states only dropped, /get_load")
+    parser.add_argument("--like-0.5.18", dest="like", action="store_const", const="0.5.18",
+                        help="SGLang 0.5.18: as 0.5.19, and no weight version but the TokenizerManager's config value "
+                             "(no update_weight_version, no per-token labels)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     serving = SimpleNamespace(
@@ -46,7 +49,7 @@ def main() -> None:
         dp_size=args.dp_size,
     )
     if args.plugin:
-        install(fake_names(serving, "0.5.19" if args.like_0519 else "0.5.23"))
+        install(fake_names(serving, args.like or "0.5.23"))
         HookRegistry.apply_hooks(source="engine_plugins")
     http_server.launch_server(args)
 

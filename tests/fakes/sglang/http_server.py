@@ -110,13 +110,18 @@ async def generate_request(request: Request) -> Any:
 
 @app.post("/update_weight_version")
 async def update_weight_version(request: Request) -> Any:
-    """SGLang's native route: aborts every request by default."""
+    """SGLang's native route: aborts every request by default. Before 0.5.19 it only records the
+    TokenizerManager's config value (0.5.18 ``entrypoints/http_server.py:1432-1463``)."""
     body = await request.json()
     _calls.append(("/update_weight_version", body))
     obj = UpdateWeightVersionReqInput(**body)
+    tm = _global_state.tokenizer_manager
     if obj.abort_all_requests:
-        _global_state.tokenizer_manager.abort_request(abort_all=True)
-    await _global_state.tokenizer_manager.update_weight_version(obj)
+        tm.abort_request(abort_all=True)
+    if hasattr(tm, "update_weight_version"):
+        await tm.update_weight_version(obj)
+    else:
+        tm.record_config_updates("http.update_weight_version", weight_version=obj.new_version)
     return {"success": True, "message": f"Weight version updated to {obj.new_version}", "new_version": obj.new_version}
 
 
@@ -201,14 +206,15 @@ def launch_server(server_args: Any) -> None:
     """As SGLang's (3125): build the TokenizerManager, set the global state, serve.
 
     ``server_args.legacy_loads``: serve an older SGLang's ``/get_load`` instead of ``/v1/loads``.
-    ``server_args.like_0519``: SGLang 0.5.19's TokenizerManager (and its ``/get_load``).
+    ``server_args.like``: the SGLang release whose TokenizerManager (and ``/get_load``) the fake
+    follows, ``0.5.19`` or ``0.5.18``; None for 0.5.23.
     """
     import uvicorn
 
-    from .tokenizer_manager import TokenizerManager, TokenizerManager0519
+    from .tokenizer_manager import TokenizerManager, TokenizerManager0518, TokenizerManager0519
 
-    like_0519 = getattr(server_args, "like_0519", False)
-    if like_0519 or getattr(server_args, "legacy_loads", False):
+    like = getattr(server_args, "like", None)
+    if like or getattr(server_args, "legacy_loads", False):
         v1_loads_router.routes.clear()
         getattr(v1_loads_router, "_mark_routes_changed", lambda: None)()  # FastAPI caches included routes
         app.add_api_route("/get_load", get_load, methods=["GET"])
@@ -216,7 +222,7 @@ def launch_server(server_args: Any) -> None:
         from .auth import add_api_key_middleware
 
         add_api_key_middleware(app, server_args.api_key, server_args.admin_api_key)
-    tm = (TokenizerManager0519 if like_0519 else TokenizerManager)(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference,
+    tm = {"0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}.get(like, TokenizerManager)(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference,
                           dp_size=server_args.dp_size, aborted_answer_delay_s=server_args.aborted_answer_delay_s)
     set_global_state(_GlobalState(tokenizer_manager=tm))
     uvicorn.run(app, host=server_args.host, port=server_args.port, log_level="warning")

@@ -9,6 +9,7 @@ from engine_plugins.engines.sglang.facade import SGLangNames, check_names
 from engine_plugins.engines.sglang.manifest import (
     ABORT_ON_CLOSE,
     DISPATCH_MARK,
+    ENGINE_WEIGHT_VERSION,
     MANIFEST,
     WEIGHT_UPDATE_SESSION,
 )
@@ -17,18 +18,22 @@ from . import http_server
 from .hook_registry import HookRegistry, HookType
 from .io_struct import (BeginWeightUpdateReqInput, ContinueGenerationReqInput, EndWeightUpdateReqInput, GenerateReqInput,
                         PauseGenerationReqInput, UpdateWeightVersionReqInput)
-from .tokenizer_manager import HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, TokenizerManager, TokenizerManager0519
+from .tokenizer_manager import (HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, TokenizerManager, TokenizerManager0518,
+                                TokenizerManager0519)
+
+# The TokenizerManager of each release the fake follows (the newest for any other).
+TOKENIZER_MANAGERS = {"0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}
 
 
 def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames:
     """The fake's names; *serving* stands for SGLang's ``get_serving()`` bag (keys, flags).
-    *release*: the SGLang release the fake follows (0.5.23, or 0.5.19), whose features the
+    *release*: the SGLang release the fake follows (0.5.23, 0.5.19 or 0.5.18), whose features the
     manifest lists. Checked as SGLang's are, against the plugin's manifest."""
     features = MANIFEST.releases[release]
     names = SGLangNames(
         version=f"{release} (engine_plugins fake)",
         http_server=http_server,
-        TokenizerManager=TokenizerManager0519 if release == "0.5.19" else TokenizerManager,
+        TokenizerManager=TOKENIZER_MANAGERS.get(release, TokenizerManager),
         ReqState=ReqState,
         LoadSnapshot=LoadSnapshot,
         GenerateReqInput=GenerateReqInput,
@@ -47,6 +52,7 @@ def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames
         notes=MANIFEST.shims(ProbeReport(features=dict(features))),
         dispatch_mark=features[DISPATCH_MARK],
         aborts_on_close=features[ABORT_ON_CLOSE],
+        engine_weight_version=features[ENGINE_WEIGHT_VERSION],
     )
     check_names(names)
     return names

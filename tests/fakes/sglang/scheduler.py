@@ -167,6 +167,9 @@ class FakeScheduler:
         self.running: list[Req] = []
         self.paused = False
         self.weight_version = "default"
+        self.keeps_weight_version = True
+        """Whether the scheduler keeps a weight version and labels each request's tokens with it
+        (0.5.19 on); before, it never hears of one."""
         self.tree_cache = FakeRadixCache()
         self.weights = "initial"
         """The weights loaded (the fake loads none: a checkpoint's path, or ``tensors``)."""
@@ -230,7 +233,7 @@ class FakeScheduler:
         for req in [r for r in self.waiting_queue if matches(r)]:
             self.waiting_queue.remove(req)
             # _make_abort_req (6398-6409): the echo carries the request's spans.
-            spans = compute_spans(req.version_events, self.weight_version, len(req.output_ids))
+            spans = compute_spans(req.version_events, self.weight_version, len(req.output_ids)) if self.keeps_weight_version else None
             self.send(AbortReq(rid=req.rid, finished_reason=recv.finished_reason, weight_versions=spans))
         for req in self.running:
             if req.finished_reason is None and matches(req):
@@ -257,7 +260,7 @@ class FakeScheduler:
         if kind == "tensor" and not self.weight_session:
             return False, "update_weights_from_tensor must run between begin_weight_update() and end_weight_update()"
         self.weights = obj.model_path if kind == "disk" else "tensors"
-        if obj.weight_version is not None:
+        if obj.weight_version is not None and self.keeps_weight_version:
             self.record_weight_version_change(obj.weight_version)
         if obj.flush_cache and not self.flush_cache():
             return False, ("Weights were updated, but the cache was not flushed because requests are still running or "
@@ -306,7 +309,7 @@ class FakeScheduler:
 
     def _send_output(self, req: Req) -> None:
         finished = req.finished_reason is not None
-        spans = compute_spans(req.version_events, self.weight_version, len(req.output_ids)) if finished else None
+        spans = compute_spans(req.version_events, self.weight_version, len(req.output_ids)) if finished and self.keeps_weight_version else None
         new_ids = req.output_ids[req.send_offset :]
         new_lps = req.logprobs[req.send_offset :]
         req.send_offset = len(req.output_ids)

@@ -302,7 +302,7 @@ class TokenizerManager:
         done = asyncio.get_running_loop().create_future()
         self._dispatch_to_scheduler(WeightVersionChange(obj.new_version, done))
         await done
-        self._weight_version = obj.new_version
+        self.record_config_updates("tokenizer.weight_version", weight_version=obj.new_version)
 
     async def get_loads(self, include: Any = None, dp_rank: Optional[int] = None) -> list[LoadSnapshot]:
         """control mixin 1001-1029: each rank's last snapshot (frozen while paused), one per rank."""
@@ -339,7 +339,8 @@ class TokenizerManager:
                 await asyncio.sleep(self.scheduler.step_s)
         success, message = await self._weights_call(kind, obj)
         if success and obj.weight_version is not None:
-            self._weight_version = obj.weight_version  # _update_weight_version_if_provided: only on success
+            # _update_weight_version_if_provided (control mixin): only on success.
+            self.record_config_updates("tokenizer.weight_version", weight_version=obj.weight_version)
             message += f" Weight version updated to {obj.weight_version}."
         return success, message
 
@@ -361,6 +362,11 @@ class TokenizerManager:
         """control mixin 494-501."""
         self.auto_create_handle_loop()
         return await self._weights_call("end", obj)
+
+    def record_config_updates(self, source: str, **fields: Any) -> None:
+        """2324-2331: a control-plane change of the config values; only the weight version is faked."""
+        if "weight_version" in fields:
+            self._weight_version = fields["weight_version"]
 
     def config_value(self, name: str) -> Any:
         """2333-2337; only the weight version is faked."""
@@ -441,3 +447,29 @@ class TokenizerManager0519(TokenizerManager):
                 if not self._past_gate:
                     break
                 await asyncio.sleep(1.0)
+
+
+class _Absent:
+    """A method a release lacks: its class answers ``hasattr`` with False, as SGLang's would."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        raise AttributeError(f"SGLang 0.5.18's TokenizerManager has no {self.name}")
+
+
+class TokenizerManager0518(TokenizerManager0519):
+    """SGLang 0.5.18's differences from 0.5.19 (``managers/tokenizer_manager.py`` and
+    ``tokenizer_control_mixin.py`` of 0.5.18): no ``update_weight_version``, and no weight version
+    in the scheduler, which labels no tokens (no ``meta_info.weight_versions``); the version is the
+    TokenizerManager's config value alone, set by ``record_config_updates`` (2065-2072) from the
+    HTTP route (``entrypoints/http_server.py:1432-1463``) and after a successful weight update
+    (control mixin 928-935). The request path, aborts and pauses are 0.5.19's."""
+
+    update_weight_version = _Absent()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for scheduler in self.schedulers:
+            scheduler.keeps_weight_version = False
