@@ -293,6 +293,14 @@ def test_before_0_5_19_the_plugin_hooks_the_weight_versions_config_value_and_fro
     assert not any(target == ["TokenizerManager0519", "record_config_updates"] for target, _ in registered)
 
 
+@pytest.mark.parametrize("release, streamed", [("0.5.18", True), ("0.5.19", False)])
+def test_before_0_5_19_the_scheduler_sends_a_non_streaming_requests_tokens_as_it_makes_them(release, streamed):
+    # Each token is labelled as it reaches the TokenizerManager: not 50 at a time.
+    tokenized = types.SimpleNamespace(rid="r", stream=False)
+    fake_names(_serving(), release).send_every_token(tokenized)
+    assert tokenized.stream is streamed
+
+
 def _bump_0518(names: Any, tracker: Tracker, version: str, source: str = "http.update_weight_version") -> None:
     """A change of 0.5.18's weight version through its config value, with the plugin's hook (no
     hook registry here: the hook is called as SGLang's registry would)."""

@@ -204,6 +204,16 @@ class SGLangNames:
         if salt is not None:
             tokenized.extra_key = salt
 
+    def send_every_token(self, tokenized: Any) -> None:
+        """Where the plugin labels the tokens (before 0.5.19), have the scheduler send a
+        non-streaming request's tokens as it makes them, not every 50: a token is labelled when it
+        reaches the TokenizerManager, and 49 tokens made before a version change would otherwise
+        arrive after it. The request's answer is unchanged (the TokenizerManager reads ``stream``
+        from the request, not from the tokenized object); the cost is the streamed requests' one
+        output per step."""
+        if not self.engine_weight_version and hasattr(tokenized, "stream"):
+            tokenized.stream = True
+
     # --- weight updates (:mod:`.weight_updates`) ------------------------------------------------
 
     @staticmethod

@@ -83,6 +83,8 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("managers.io_struct", "ContinueGenerationReqInput"),
     _n("managers.io_struct", "TokenizedGenerateReqInput.rid"),
     _n("managers.io_struct", "TokenizedGenerateReqInput.extra_key"),
+    # Where the plugin labels the tokens (before 0.5.19), each request's tokens are sent as made.
+    _n("managers.io_struct", "TokenizedGenerateReqInput.stream"),
     _n("managers.load_snapshot", "LoadSnapshot.to_dict"),
     _n("plugins.hook_registry", "HookRegistry.register"),
     _n("plugins.hook_registry", "HookRegistry.apply_hooks"),

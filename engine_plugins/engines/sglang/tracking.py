@@ -360,6 +360,7 @@ def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True) -> Regis
         # the last point where the tokenized request's extra_key still reaches the radix cache.
         tokenized = original(tm, *args, **kwargs)
         names.scope_prefix_cache(tokenized, tracker_for(names, tm).cache_salt)
+        names.send_every_token(tokenized)
         return tokenized
 
     def generate_request(original: Any, tm: Any, obj: Any, request: Any = None) -> AsyncIterator[dict]:
