@@ -281,6 +281,7 @@ async def _wait_until_gone(tm: Any, tracker: Tracker, rid: str) -> None:
             break
         await asyncio.sleep(0.01)
     assert tm.scheduler.running == [] and tracker.registry.get(rid) is None
+    assert tracker.labels is None or tracker.labels.pending() == 0, "0.5.18's labels keep nothing of it"
 
 
 def test_before_0_5_19_the_plugin_hooks_the_weight_versions_config_value_and_from_0_5_19_nothing():

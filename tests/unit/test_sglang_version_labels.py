@@ -42,3 +42,13 @@ def test_outputs_that_are_labelled_already_or_not_final_are_left_alone():
     running = {"meta_info": {"id": "a", "finish_reason": None}}
     done = {"meta_info": {"id": "b", "finish_reason": {"type": "stop"}}}
     assert final_outputs(running) == [] and final_outputs([running, done]) == [done["meta_info"]]
+
+
+def test_a_request_forgotten_before_its_state_goes_keeps_nothing_after():
+    # A caller that went before the last output: the tracker forgets the request, and SGLang
+    # drops its state a moment later.
+    labels = VersionLabels()
+    labels.forget("gone", held=lambda rid: True)
+    labels.changing("v0", "v1", {"gone": 3})
+    labels.finished("gone", "v1")
+    assert labels.pending() == 0

@@ -413,6 +413,10 @@ class SGLangEngine:
         """The rids whose state SGLang holds."""
         return list(self.tm.rid_to_state)
 
+    def holds(self, rid: str) -> bool:
+        """Whether SGLang holds a state for *rid*."""
+        return rid in self.tm.rid_to_state
+
     def replace_request_states(self, make: Callable[[dict], dict]) -> None:
         """Swap ``rid_to_state`` for ``make(rid_to_state)`` (a dict that reports changes)."""
         self.tm.rid_to_state = make(self.tm.rid_to_state)

@@ -231,7 +231,7 @@ class Tracker:
                 yield out
         finally:
             await outputs.aclose()  # type: ignore[attr-defined]
-            self.labels.forget(self.sglang.names.request_rid(obj))
+            self.labels.forget(self.sglang.names.request_rid(obj), self.sglang.holds)
 
     async def _track(self, inner: AsyncIterator[dict], obj: Any) -> AsyncIterator[dict]:
         """:meth:`track` without the labels."""

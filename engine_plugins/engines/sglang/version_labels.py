@@ -17,7 +17,7 @@ with file and line, are in ``docs/engine-notes.md`` ("SGLang 0.5.18").
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 
 def compute_spans(events: list[tuple[str, int]], current: str, num_tokens: int) -> list[dict]:
@@ -42,6 +42,9 @@ class VersionLabels:
     def __init__(self) -> None:
         self._events: dict[str, list[tuple[str, int]]] = {}
         self._final: dict[str, str] = {}
+        self._ended: set[str] = set()
+        """Requests forgotten while SGLang still held their state (a caller that went first):
+        nothing is kept when the state goes."""
 
     def changing(self, old_version: str, new_version: str, tokens: Mapping[str, int]) -> None:
         """The version goes from *old_version* to *new_version*: each request's *tokens* so far
@@ -55,6 +58,10 @@ class VersionLabels:
     def finished(self, rid: str, version: str) -> None:
         """*rid*'s last output has arrived (SGLang deleted its state) under *version*: a change
         made before the output is handed on does not reach its tokens."""
+        if rid in self._ended:
+            self._ended.discard(rid)
+            self._events.pop(rid, None)
+            return
         self._final.setdefault(rid, version)
 
     def label(self, meta_info: dict, current: str) -> None:
@@ -69,16 +76,20 @@ class VersionLabels:
         meta_info["weight_versions"] = spans
         meta_info["weight_version"] = spans[-1]["version"]
 
-    def forget(self, rid: Any) -> None:
-        """Drop what is kept for *rid* (a string, or a batch's list of them): its request has ended."""
+    def forget(self, rid: Any, held: Callable[[str], bool] = lambda rid: False) -> None:
+        """Drop what is kept for *rid* (a string, or a batch's list of them): its request has
+        ended. One whose state SGLang still *held* (its caller went before its last output; SGLang
+        drops the state when its generator is closed, a moment later) is dropped then."""
         for one in rid if isinstance(rid, list) else [rid]:
-            if isinstance(one, str):
-                self._events.pop(one, None)
-                self._final.pop(one, None)
+            if not isinstance(one, str):
+                continue
+            self._events.pop(one, None)
+            if self._final.pop(one, None) is None and held(one):
+                self._ended.add(one)
 
     def pending(self) -> int:
         """How many requests have labels kept (a check that nothing leaks)."""
-        return len(self._events.keys() | self._final.keys())
+        return len(self._events.keys() | self._final.keys() | self._ended)
 
 
 def final_outputs(out: Any) -> list[dict]:
