@@ -313,10 +313,17 @@ def load_names() -> SGLangNames:
         # Before 0.5.21 the helper takes the parallel sizes as arguments (docs/engine-notes.md).
         takes_sizes = bool(inspect.signature(v1_loads._num_accelerators_per_dp_rank).parameters)
 
+        def parallel_sizes() -> Any:
+            # Where SGLang's own /v1/loads reads them: get_parallel() (0.5.19, 0.5.20), before
+            # that the TokenizerManager's server args (0.5.18).
+            if hasattr(v1_loads, "get_parallel"):
+                return v1_loads.get_parallel()
+            return http_server.get_global_state().tokenizer_manager.server_args
+
         def loads_header() -> dict:
             # As SGLang's own /v1/loads computes them (accelerator is None without one).
             if takes_sizes:
-                p = v1_loads.get_parallel()
+                p = parallel_sizes()
                 accelerators = v1_loads._num_accelerators_per_dp_rank(p.tp_size, p.pp_size, p.dp_size, p.enable_dp_attention)
             else:
                 accelerators = v1_loads._num_accelerators_per_dp_rank()
