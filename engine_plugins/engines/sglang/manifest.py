@@ -50,6 +50,12 @@ SESSION_VERSION = "0.5.21"
 # idle: the loop's method, the attributes its body uses, and the module's names it calls.
 DP_CONTROLLER_MODULE = "sglang.srt.managers.data_parallel_controller"
 DP_CONTROLLER_ATTRIBUTES = ("recv_from_tokenizer", "soft_watchdog", "_request_dispatcher")
+# The scheduler, whose abort and choice of the requests its next pass leaves out the plugin hooks
+# (:mod:`.scheduler_abort`): the attributes it reads there (and ``enable_skip_finishing_decode``,
+# which comes with the feature's method in 0.5.22).
+SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
+SCHEDULER_ATTRIBUTES = ("result_queue", "require_mlp_sync")
+REQ_ATTRIBUTES = ("to_finish", "beam_group")
 # The module and logger names the facade uses as SGLang spells them.
 MODULE_PREFIX = "sglang.srt."
 HTTP_SERVER_MODULE = MODULE_PREFIX + "entrypoints.http_server"
@@ -92,6 +98,10 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("managers.data_parallel_controller", "DataParallelController.event_loop"),
     *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
     _n("managers.data_parallel_controller", "sock_recv"),
+    _n("managers.scheduler", "Scheduler.abort_request", "recv_req"),
+    *(_n("managers.scheduler", f"Scheduler.{a}", on_self=True) for a in SCHEDULER_ATTRIBUTES),
+    *(_n("managers.schedule_batch", f"Req.{a}", on_self=True) for a in REQ_ATTRIBUTES),
+    _n("managers.schedule_batch", "Req.finished"),
     _n("managers.data_parallel_controller", "zmq"),
     _n("utils.auth", "AuthLevel.ADMIN_OPTIONAL"),
     # Weight updates (:mod:`.weight_updates`): the TokenizerManager's methods (three of them
@@ -111,6 +121,8 @@ WEIGHT_UPDATE_SESSION = "weight_update_session"
 # with ``abort_sent``, which de-duplicates aborts), and its failure path aborts dispatched requests.
 DISPATCH_MARK = "dispatch_mark"
 ABORT_ON_CLOSE = "abort_on_close"
+# 0.5.22 on: the scheduler leaves the requests its queued results finish out of the pass it plans.
+ABORT_WITHOUT_LAST_PASS = "abort_without_last_pass"
 FEATURES: tuple[Feature, ...] = (
     Feature(DISPATCH_MARK, _n(_TM, "TokenizerManager._mark_state_dispatched"),
             "dispatch mark: hooks after _send_one_request and _send_batch_request mark each request dispatched"),
@@ -120,6 +132,8 @@ FEATURES: tuple[Feature, ...] = (
             on_presence=True),
     Feature(WEIGHT_UPDATE_SESSION, _n("managers.io_struct", "BeginWeightUpdateReqInput"),
             "sessionless tensor and distributed weight updates get a session from the plugin", on_presence=True),
+    Feature(ABORT_WITHOUT_LAST_PASS, _n("managers.scheduler", "Scheduler._reqs_finishing_inflight", "batch"),
+            "an aborted running request ends without one more decode pass (a hook in the scheduler)", on_presence=True),
 )
 
 _MARKED = {DISPATCH_MARK: True, ABORT_ON_CLOSE: True}
@@ -134,5 +148,9 @@ MANIFEST = EngineManifest(
     highest=HIGHEST_VERSION,
     required=REQUIRED_NAMES,
     features=FEATURES,
-    releases={"0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED}, "0.5.20": _BEFORE_SESSIONS, "0.5.21": _WITH_SESSIONS, "0.5.22": _WITH_SESSIONS, "0.5.23": _WITH_SESSIONS},
+    releases={"0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED, ABORT_WITHOUT_LAST_PASS: False},
+              "0.5.20": {**_BEFORE_SESSIONS, ABORT_WITHOUT_LAST_PASS: False},
+              "0.5.21": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: False},
+              "0.5.22": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True},
+              "0.5.23": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True}},
 )
