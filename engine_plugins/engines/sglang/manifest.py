@@ -98,11 +98,12 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("managers.data_parallel_controller", "DataParallelController.event_loop"),
     *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
     _n("managers.data_parallel_controller", "sock_recv"),
+    _n("managers.data_parallel_controller", "zmq"),
+    # The scheduler process (:mod:`.scheduler_abort`): its abort, and what its hook reads.
     _n("managers.scheduler", "Scheduler.abort_request", "recv_req"),
     *(_n("managers.scheduler", f"Scheduler.{a}", on_self=True) for a in SCHEDULER_ATTRIBUTES),
     *(_n("managers.schedule_batch", f"Req.{a}", on_self=True) for a in REQ_ATTRIBUTES),
     _n("managers.schedule_batch", "Req.finished"),
-    _n("managers.data_parallel_controller", "zmq"),
     _n("utils.auth", "AuthLevel.ADMIN_OPTIONAL"),
     # Weight updates (:mod:`.weight_updates`): the TokenizerManager's methods (three of them
     # inherited from its control mixin) and the fields of their requests the plugin reads.

@@ -4,10 +4,10 @@ SGLang's ``load_plugins()`` calls :func:`load` in the HTTP server's process befo
 serves, and again in its scheduler, detokenizer and DP-controller processes; in the DP
 controller it lets the controller's loop sleep when idle (:mod:`.dp_controller`), in the
 scheduler it ends an aborted running request without one more decode pass
-(:mod:`.scheduler_abort`), elsewhere it does nothing. There it registers the TokenizerManager hooks (:mod:`.tracking`) and a check of the
-launch flags with SGLang's hook registry, which applies them once every plugin has loaded, and
-mounts the contract's routes on SGLang's app (:mod:`.routes`); the control is built per
-TokenizerManager, once SGLang has made one.
+(:mod:`.scheduler_abort`), elsewhere it does nothing. There it registers the TokenizerManager
+hooks (:mod:`.tracking`) and a check of the launch flags with SGLang's hook registry, which
+applies them once every plugin has loaded, and mounts the contract's routes on SGLang's app
+(:mod:`.routes`); the control is built per TokenizerManager, once SGLang has made one.
 
 SGLang logs and ignores an ``Exception`` from a plugin, so a misconfiguration is raised as
 ``SystemExit``: the server stops at startup with the message.
