@@ -49,6 +49,12 @@ SESSION_VERSION = "0.5.21"
 # idle: the loop's method, the attributes its body uses, and the module's names it calls.
 DP_CONTROLLER_MODULE = "sglang.srt.managers.data_parallel_controller"
 DP_CONTROLLER_ATTRIBUTES = ("recv_from_tokenizer", "soft_watchdog", "_request_dispatcher")
+# The scheduler, whose abort and choice of the requests its next pass leaves out the plugin hooks
+# (:mod:`.scheduler_abort`): the attributes it reads there (and ``enable_skip_finishing_decode``,
+# which comes with the feature's method in 0.5.22).
+SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
+SCHEDULER_ATTRIBUTES = ("result_queue", "require_mlp_sync")
+REQ_ATTRIBUTES = ("to_finish", "beam_group")
 # The module and logger names the facade uses as SGLang spells them.
 MODULE_PREFIX = "sglang.srt."
 HTTP_SERVER_MODULE = MODULE_PREFIX + "entrypoints.http_server"
@@ -98,6 +104,11 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
     _n("managers.data_parallel_controller", "sock_recv"),
     _n("managers.data_parallel_controller", "zmq"),
+    # The scheduler process (:mod:`.scheduler_abort`): its abort, and what its hook reads.
+    _n("managers.scheduler", "Scheduler.abort_request", "recv_req"),
+    *(_n("managers.scheduler", f"Scheduler.{a}", on_self=True) for a in SCHEDULER_ATTRIBUTES),
+    *(_n("managers.schedule_batch", f"Req.{a}", on_self=True) for a in REQ_ATTRIBUTES),
+    _n("managers.schedule_batch", "Req.finished"),
     _n("utils.auth", "AuthLevel.ADMIN_OPTIONAL"),
     # Weight updates (:mod:`.weight_updates`): the TokenizerManager's methods (three of them
     # inherited from its control mixin) and the fields of their requests the plugin reads.
@@ -119,6 +130,8 @@ ABORT_ON_CLOSE = "abort_on_close"
 # 0.5.19 on: the engine keeps the weight version (the scheduler labels each request's tokens
 # with it, ``meta_info.weight_versions``); before, only the TokenizerManager's config value.
 ENGINE_WEIGHT_VERSION = "engine_weight_version"
+# 0.5.22 on: the scheduler leaves the requests its queued results finish out of the pass it plans.
+ABORT_WITHOUT_LAST_PASS = "abort_without_last_pass"
 FEATURES: tuple[Feature, ...] = (
     Feature(ENGINE_WEIGHT_VERSION, _n(_TM, "TokenizerManager.update_weight_version", "obj"),
             "weight version: set by the plugin in SGLang's config value, each request's tokens labelled with the "
@@ -131,6 +144,8 @@ FEATURES: tuple[Feature, ...] = (
             on_presence=True),
     Feature(WEIGHT_UPDATE_SESSION, _n("managers.io_struct", "BeginWeightUpdateReqInput"),
             "sessionless tensor and distributed weight updates get a session from the plugin", on_presence=True),
+    Feature(ABORT_WITHOUT_LAST_PASS, _n("managers.scheduler", "Scheduler._reqs_finishing_inflight", "batch"),
+            "an aborted running request ends without one more decode pass (a hook in the scheduler)", on_presence=True),
 )
 
 _MARKED = {DISPATCH_MARK: True, ABORT_ON_CLOSE: True, ENGINE_WEIGHT_VERSION: True}
@@ -146,5 +161,10 @@ MANIFEST = EngineManifest(
     highest=HIGHEST_VERSION,
     required=REQUIRED_NAMES,
     features=FEATURES,
-    releases={"0.5.18": {**_BEFORE_SESSIONS, **_UNVERSIONED}, "0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED}, "0.5.20": _BEFORE_SESSIONS, "0.5.21": _WITH_SESSIONS, "0.5.22": _WITH_SESSIONS, "0.5.23": _WITH_SESSIONS},
+    releases={"0.5.18": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False},
+              "0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED, ABORT_WITHOUT_LAST_PASS: False},
+              "0.5.20": {**_BEFORE_SESSIONS, ABORT_WITHOUT_LAST_PASS: False},
+              "0.5.21": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: False},
+              "0.5.22": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True},
+              "0.5.23": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True}},
 )

@@ -2,11 +2,12 @@
 
 SGLang's ``load_plugins()`` calls :func:`load` in the HTTP server's process before the app
 serves, and again in its scheduler, detokenizer and DP-controller processes; in the DP
-controller it lets the controller's loop sleep when idle (:mod:`.dp_controller`), elsewhere it
-does nothing. There it registers the TokenizerManager hooks (:mod:`.tracking`) and a check of the
-launch flags with SGLang's hook registry, which applies them once every plugin has loaded, and
-mounts the contract's routes on SGLang's app (:mod:`.routes`); the control is built per
-TokenizerManager, once SGLang has made one.
+controller it lets the controller's loop sleep when idle (:mod:`.dp_controller`), in the
+scheduler it ends an aborted running request without one more decode pass
+(:mod:`.scheduler_abort`), elsewhere it does nothing. There it registers the TokenizerManager
+hooks (:mod:`.tracking`) and a check of the launch flags with SGLang's hook registry, which
+applies them once every plugin has loaded, and mounts the contract's routes on SGLang's app
+(:mod:`.routes`); the control is built per TokenizerManager, once SGLang has made one.
 
 SGLang logs and ignores an ``Exception`` from a plugin, so a misconfiguration is raised as
 ``SystemExit``: the server stops at startup with the message.
@@ -37,6 +38,11 @@ from engine_plugins.engines.sglang.dp_controller import (
 from engine_plugins.engines.sglang.facade import SGLangNames, load_names
 from engine_plugins.engines.sglang.manifest import MANIFEST
 from engine_plugins.engines.sglang.routes import MountReport, mount
+from engine_plugins.engines.sglang.scheduler_abort import (
+    in_scheduler_process,
+    load_scheduler_names,
+    register_abort_without_last_pass,
+)
 from engine_plugins.engines.sglang.seam import SGLangSeam
 from engine_plugins.engines.sglang.tracking import RegisteredHooks, register_hooks, tracker_for
 from engine_plugins.engines.sglang.weight_updates import WeightUpdates, register_weight_update_hooks
@@ -65,16 +71,20 @@ _child_installed = False
 
 
 def _load_in_child() -> None:
-    """In SGLang's DP-controller process, register the hook that lets its loop sleep when idle.
-    A failure keeps SGLang's own loop (the HTTP process checked every name at startup)."""
+    """In SGLang's DP-controller process, register the hook that lets its loop sleep when idle;
+    in its scheduler process, the hooks that end an aborted running request without one more
+    decode pass. A failure keeps SGLang's own code (the HTTP process checked every name at startup)."""
     global _child_installed
-    if _child_installed or not in_dp_controller_process():
+    if _child_installed:
         return
     _child_installed = True
     try:
-        register_idle_sleep(load_dp_controller_names())
+        if in_dp_controller_process():
+            register_idle_sleep(load_dp_controller_names())
+        if in_scheduler_process():
+            register_abort_without_last_pass(load_scheduler_names())
     except (ImportError, AttributeError) as exc:
-        logger.warning("engine_plugins: SGLang's data-parallel controller keeps its own loop: %s", exc)
+        logger.warning("engine_plugins: SGLang keeps its own code in this process: %s", exc)
 
 
 def install(names: SGLangNames) -> None:
