@@ -50,11 +50,12 @@ SESSION_VERSION = "0.5.21"
 DP_CONTROLLER_MODULE = "sglang.srt.managers.data_parallel_controller"
 DP_CONTROLLER_ATTRIBUTES = ("recv_from_tokenizer", "soft_watchdog", "_request_dispatcher")
 # The scheduler, whose abort and choice of the requests its next pass leaves out the plugin hooks
-# (:mod:`.scheduler_abort`): the attributes it reads there (and ``enable_skip_finishing_decode``,
-# which comes with the feature's method in 0.5.22).
+# (:mod:`.scheduler_abort`): the attributes it reads there (and the scheduler's
+# ``enable_skip_finishing_decode`` and a request's ``beam_group``, which come with the feature's
+# method: 0.5.18 has neither).
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 SCHEDULER_ATTRIBUTES = ("result_queue", "require_mlp_sync")
-REQ_ATTRIBUTES = ("to_finish", "beam_group")
+REQ_ATTRIBUTES = ("to_finish",)
 # The module and logger names the facade uses as SGLang spells them.
 MODULE_PREFIX = "sglang.srt."
 HTTP_SERVER_MODULE = MODULE_PREFIX + "entrypoints.http_server"
