@@ -63,14 +63,13 @@ def load_scheduler_names() -> SchedulerNames:
     return SchedulerNames(Scheduler=Scheduler, HookRegistry=HookRegistry, HookType=HookType)
 
 
-def aborted_in_queued_results(scheduler: Any, batch: Any) -> list[Any]:
-    """The requests of the running *batch* that an abort marked and whose queued result (the last
+def in_queued_results(scheduler: Any, marked: list[Any]) -> list[Any]:
+    """Those of the *marked* requests (aborted, not yet finished) whose queued result (the last
     pass's) ends them, as SGLang picks those that result ends by length."""
     if not scheduler.enable_skip_finishing_decode or not scheduler.result_queue or scheduler.require_mlp_sync:
         return []
     queued = set(scheduler.result_queue[0][0].reqs)
-    return [req for req in batch.reqs
-            if req.to_finish is not None and not req.finished() and req in queued and req.beam_group is None]
+    return [req for req in marked if req in queued and req.beam_group is None]
 
 
 def register_abort_without_last_pass(names: SchedulerNames) -> None:
@@ -90,11 +89,13 @@ def register_abort_without_last_pass(names: SchedulerNames) -> None:
         finishing = original(scheduler, batch, *args, **kwargs)
         if scheduler not in aborted:
             return finishing
-        if not any(req.to_finish is not None and not req.finished() for req in batch.reqs):
+        # One pass over the batch: the requests an abort marked that have not finished yet.
+        marked = [req for req in batch.reqs if req.to_finish is not None and not req.finished()]
+        if not marked:
             aborted.discard(scheduler)
             return finishing
         chosen = set(finishing)
-        return finishing + [req for req in aborted_in_queued_results(scheduler, batch) if req not in chosen]
+        return finishing + [req for req in in_queued_results(scheduler, marked) if req not in chosen]
 
     names.hook("abort_request", abort_request)
     names.hook("_reqs_finishing_inflight", reqs_finishing_inflight)
