@@ -11,8 +11,10 @@ final output gets the spans, computed as SGLang computes them.
 
 So a token carries the version in force when its output reached the TokenizerManager, not when
 the scheduler decoded it: a token decoded just before a change and received just after carries
-the new version (non-streaming requests arrive every 50 tokens, so up to 49 of them). The facts,
-with file and line, are in ``docs/engine-notes.md`` ("SGLang 0.5.18").
+the new version. The plugin marks every request streaming towards the scheduler, so each step's
+tokens arrive as they are made (a non-streaming request's would otherwise come every 50, and up to
+49 could carry the wrong label). The facts, with file and line, are in ``docs/engine-notes.md``
+("SGLang 0.5.18").
 """
 
 from __future__ import annotations
