@@ -31,6 +31,8 @@ from engine_plugins.engines.sglang.manifest import (
     DISPATCH_MARK,
     ENGINE_WEIGHT_VERSION,
     HOOK_REGISTRY_MODULE,
+    LOGICAL_STATES,
+    MARKED_ABORTS,
     HTTP_SERVER_MODULE,
     IO_STRUCT_MODULE,
     LOAD_SNAPSHOT_MODULE,
@@ -86,6 +88,12 @@ class SGLangNames:
     """SGLang keeps the weight version and labels each request's tokens with it
     (``TokenizerManager.update_weight_version``, 0.5.19 on); before, the plugin sets the
     TokenizerManager's config value and counts the labels (:mod:`.version_labels`)."""
+    RequestAbortedError: Optional[type] = None
+    """SGLang 0.5.17's error (a ``ValueError``) for a request its abort marked
+    (``ReqState.abort_requested``) before dispatch; None where its abort marks nothing."""
+    logical_states: bool = False
+    """An ``n > 1`` request keeps a logical state beside its samples' (0.5.17): the sample's
+    ``child_rid_to_logical_rid`` names it."""
 
     @property
     def app(self) -> Any:
@@ -275,6 +283,12 @@ class SGLangNames:
         """Whether a ``GenerateReqInput`` asked for logprobs."""
         return bool(getattr(obj, "return_logprob", False))
 
+    def marked_abort(self, exc: BaseException, obj: Any) -> bool:
+        """Whether *exc*, raised before a single request's first output, is SGLang's answer to its
+        own abort of the request before dispatch (0.5.17's ``RequestAbortedError``)."""
+        return (self.RequestAbortedError is not None and isinstance(exc, self.RequestAbortedError)
+                and isinstance(self.request_rid(obj), str))
+
     @staticmethod
     def state_dispatched(state: Any) -> bool:
         """Whether a ``ReqState`` has been sent to the scheduler."""
@@ -352,6 +366,8 @@ def load_names() -> SGLangNames:
         dispatch_mark=report.features[DISPATCH_MARK],
         aborts_on_close=report.features[ABORT_ON_CLOSE],
         engine_weight_version=report.features[ENGINE_WEIGHT_VERSION],
+        RequestAbortedError=getattr(tm_module, "RequestAbortedError", None) if report.features[MARKED_ABORTS] else None,
+        logical_states=report.features[LOGICAL_STATES],
         BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
         EndWeightUpdateReqInput=getattr(io_struct, "EndWeightUpdateReqInput", None),
         parallel=get_parallel,
@@ -419,6 +435,13 @@ class SGLangEngine:
     def rids(self) -> list[str]:
         """The rids whose state SGLang holds."""
         return list(self.tm.rid_to_state)
+
+    def logical_rid(self, rid: str) -> Optional[str]:
+        """The rid of the ``n > 1`` request whose sample *rid* is, where SGLang keeps a logical
+        state beside the samples' (0.5.17); else None."""
+        if not self.names.logical_states:
+            return None
+        return getattr(self.tm, "child_rid_to_logical_rid", {}).get(rid)
 
     def holds(self, rid: str) -> bool:
         """Whether SGLang holds a state for *rid*."""
