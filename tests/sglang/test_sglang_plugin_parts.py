@@ -155,7 +155,7 @@ def test_contract_keys_follow_sglangs_admin_optional_rule():
     assert names.api_keys() == []
 
 
-@pytest.mark.parametrize("version", ["0.5.16", "0.5.24", "0.6.0"])
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.24", "0.6.0"])
 def test_an_sglang_outside_the_supported_range_stops_startup_naming_it_and_the_range(version):
     names = fake_names(_serving())
     names.version = version
@@ -334,6 +334,20 @@ def test_before_0_5_19_the_plugin_hooks_the_weight_versions_config_value_and_fro
         register_hooks(names)
     assert (["TokenizerManager0518", "record_config_updates"], "around") in registered
     assert not any(target == ["TokenizerManager0519", "record_config_updates"] for target, _ in registered)
+
+
+def test_on_0_5_16_the_plugin_hooks_and_sets_the_weight_version_where_a_weight_update_records_it():
+    # 0.5.16 has no config values: the version is the server args', set by override.
+    names = tm_names("0.5.16")
+    registered = []
+    names.HookRegistry = types.SimpleNamespace(register=lambda target, hook, kind: registered.append((target.rsplit(".", 2)[-2:], kind.value)))
+    register_hooks(names)
+    assert (["TokenizerManager0516", "_update_weight_version_if_provided"], "around") in registered
+    assert not any(target[1] == "record_config_updates" for target, _ in registered)
+    tm = names.TokenizerManager()
+    engine = SGLangEngine(names, tm)
+    asyncio.run(engine.set_weight_version("v7"))
+    assert (engine.weight_version(), tm.server_args.weight_version) == ("v7", "v7")
 
 
 @pytest.mark.parametrize("release, streamed", [("0.5.18", True), ("0.5.19", False)])

@@ -8,6 +8,7 @@ from engine_plugins.engines.probe import ProbeReport
 from engine_plugins.engines.sglang.facade import SGLangNames, check_names
 from engine_plugins.engines.sglang.manifest import (
     ABORT_ON_CLOSE,
+    CONFIG_VALUES,
     DISPATCH_MARK,
     ENGINE_WEIGHT_VERSION,
     LOGICAL_STATES,
@@ -22,15 +23,15 @@ from .io_struct import (BeginWeightUpdateReqInput, ContinueGenerationReqInput, E
                         PauseGenerationReqInput, UpdateWeightVersionReqInput)
 from . import tokenizer_manager as tm_module
 from .tokenizer_manager import (HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, ReqState0517, TokenizerManager,
-                                TokenizerManager0517, TokenizerManager0518, TokenizerManager0519)
+                                TokenizerManager0516, TokenizerManager0517, TokenizerManager0518, TokenizerManager0519)
 
 # The TokenizerManager of each release the fake follows (the newest for any other).
-TOKENIZER_MANAGERS = {"0.5.17": TokenizerManager0517, "0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}
+TOKENIZER_MANAGERS = {"0.5.16": TokenizerManager0516, "0.5.17": TokenizerManager0517, "0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}
 
 
 def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames:
     """The fake's names; *serving* stands for SGLang's ``get_serving()`` bag (keys, flags).
-    *release*: the SGLang release the fake follows (0.5.23, 0.5.19, 0.5.18 or 0.5.17), whose features the
+    *release*: the SGLang release the fake follows (0.5.23, 0.5.19, 0.5.18, 0.5.17 or 0.5.16), whose features the
     manifest lists. Checked as SGLang's are, against the plugin's manifest."""
     features = MANIFEST.releases[release]
     names = SGLangNames(
@@ -56,6 +57,7 @@ def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames
         dispatch_mark=features[DISPATCH_MARK],
         aborts_on_close=features[ABORT_ON_CLOSE],
         engine_weight_version=features[ENGINE_WEIGHT_VERSION],
+        config_values=features[CONFIG_VALUES],
         RequestAbortedError=tm_module.RequestAbortedError if features[MARKED_ABORTS] else None,
         logical_states=features[LOGICAL_STATES],
     )

@@ -339,8 +339,7 @@ class TokenizerManager:
                 await asyncio.sleep(self.scheduler.step_s)
         success, message = await self._weights_call(kind, obj)
         if success and obj.weight_version is not None:
-            # _update_weight_version_if_provided (control mixin): only on success.
-            self.record_config_updates("tokenizer.weight_version", weight_version=obj.weight_version)
+            self._update_weight_version_if_provided(obj.weight_version)  # only on success
             message += f" Weight version updated to {obj.weight_version}."
         return success, message
 
@@ -362,6 +361,11 @@ class TokenizerManager:
         """control mixin 494-501."""
         self.auto_create_handle_loop()
         return await self._weights_call("end", obj)
+
+    def _update_weight_version_if_provided(self, weight_version: Optional[str]) -> None:
+        """control mixin 1072-1078: a weight update's version, recorded as a config value."""
+        if weight_version is not None:
+            self.record_config_updates("tokenizer.weight_version", weight_version=weight_version)
 
     def record_config_updates(self, source: str, **fields: Any) -> None:
         """2324-2331: a control-plane change of the config values; only the weight version is faked."""
@@ -456,7 +460,7 @@ class _Absent:
         self.name = name
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:
-        raise AttributeError(f"SGLang 0.5.18's TokenizerManager has no {self.name}")
+        raise AttributeError(f"this SGLang release's TokenizerManager has no {self.name}")
 
 
 class TokenizerManager0518(TokenizerManager0519):
@@ -581,3 +585,42 @@ class TokenizerManager0517(TokenizerManager0518):
         else:
             return
         self._dispatch_to_scheduler(AbortReq(rid=rid, abort_all=abort_all))
+
+
+class ServerArgs0516:
+    """0.5.16 ``server_args.py``: the fields the plugin reads, and ``override`` (7422-7450), the
+    one setter of a resolved field (the weight version here)."""
+
+    def __init__(self) -> None:
+        self.weight_version = "default"
+
+    def override(self, source: str, **fields: Any) -> None:
+        """Set *fields*, recorded with their *source* in SGLang (not here)."""
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+class TokenizerManager0516(TokenizerManager0518):
+    """SGLang 0.5.16's differences from 0.5.18 (its ``managers/tokenizer_manager.py``,
+    ``tokenizer_control_mixin.py`` and ``entrypoints/http_server.py``): no config values
+    (``config_value``, ``record_config_updates``); the weight version is the server args'
+    (``server_args.weight_version``, read at 1930 and 2804), set by ``server_args.override`` from
+    the HTTP route (``entrypoints/http_server.py:1368-1392``) and after a successful weight update
+    (``_update_weight_version_if_provided``, control mixin 891-897). The request path, aborts
+    and pauses are 0.5.18's."""
+
+    config_value = _Absent()
+    record_config_updates = _Absent()
+
+    @property
+    def _weight_version(self) -> str:
+        return self.server_args.weight_version
+
+    @_weight_version.setter
+    def _weight_version(self, version: str) -> None:
+        self.__dict__.setdefault("server_args", ServerArgs0516()).override("init", weight_version=version)
+
+    def _update_weight_version_if_provided(self, weight_version: Optional[str]) -> None:
+        """control mixin 891-897."""
+        if weight_version is not None:
+            self.server_args.override("tokenizer.weight_version", weight_version=weight_version)
