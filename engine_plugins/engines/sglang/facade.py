@@ -368,7 +368,8 @@ def load_names() -> SGLangNames:
             else:
                 accelerators = v1_loads._num_accelerators_per_dp_rank()
             return {"accelerator": v1_loads._accelerator_name(), "num_accelerators": accelerators}
-    except ImportError:
+    except (ImportError, AttributeError):
+        # 0.5.16's /v1/loads has neither helper, nor those fields (docs/engine-notes.md).
         loads_header = dict
 
     names = SGLangNames(
