@@ -9,6 +9,10 @@
 - ``sglang-0.5.19-stub``: the fake as SGLang 0.5.19 (no dispatch mark: the plugin's shims).
 - ``sglang-0.5.18-stub``: the fake as SGLang 0.5.18 (0.5.19's shims, and no weight version in
   the engine: the plugin keeps it and labels the tokens).
+- ``sglang-0.5.17-stub``: the fake as SGLang 0.5.17 (0.5.18's, with its abort marking request
+  states and its own dispatch mark and failure-path abort).
+- ``sglang-0.5.16-stub``: the fake as SGLang 0.5.16 (0.5.18's, with the weight version in the
+  server args).
 - ``sglang-stub-dp2``: the fake with two data-parallel ranks behind its DP controller.
 - ``sglang-dp2``: the real server with ``--dp-size 2``: SGLang's data-parallel controller in front
   of two schedulers, one per core.
@@ -91,6 +95,12 @@ TARGETS = {
     # The fake as SGLang 0.5.18: those shims, and the weight version kept and labelled by the plugin.
     "sglang-0.5.18-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--like-0.5.18",
                                                          name="sglang-0.5.18-stub"),
+    # The fake as SGLang 0.5.17: 0.5.18's, and an abort that marks request states.
+    "sglang-0.5.17-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--like-0.5.17",
+                                                         name="sglang-0.5.17-stub"),
+    # The fake as SGLang 0.5.16: 0.5.18's, and no config values.
+    "sglang-0.5.16-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--like-0.5.16",
+                                                         name="sglang-0.5.16-stub"),
     "sglang-stub-dp2": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--dp-size", str(DP_SIZE),
                                                       name="sglang-stub-dp2"),
     "sglang": lambda tmp: sglang_real_server(tmp),

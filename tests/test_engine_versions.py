@@ -68,7 +68,7 @@ def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
     ]
 
 
-@pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("vllm", "0.35.0"), ("sglang", "0.5.17"), ("sglang", "0.6.0")])
+@pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("vllm", "0.35.0"), ("sglang", "0.5.15"), ("sglang", "0.6.0")])
 def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     with pytest.raises(StartupError) as info:
         MANIFESTS[engine].check_version(version)
@@ -90,7 +90,8 @@ def test_a_refused_release_a_framework_pins_is_refused_by_name_and_lacks_what_th
 # Every release's real server, and the fakes that follow a release.
 LOG_TARGETS = {**{str(r): (r.engine, r.version) for r in SUPPORTED if r.tested == "real"},
                "vllm-0.31-stub": ("vllm", "0.31.0"), "vllm-0.34-stub": ("vllm", "0.34.0"),
-               "sglang-0.5.19-stub": ("sglang", "0.5.19"), "sglang-0.5.18-stub": ("sglang", "0.5.18")}
+               "sglang-0.5.19-stub": ("sglang", "0.5.19"), "sglang-0.5.18-stub": ("sglang", "0.5.18"),
+               "sglang-0.5.17-stub": ("sglang", "0.5.17"), "sglang-0.5.16-stub": ("sglang", "0.5.16")}
 
 
 @pytest.mark.targets(*LOG_TARGETS)
@@ -117,8 +118,8 @@ def test_a_release_below_the_range_whose_own_imports_fail_is_still_refused_by_na
     def failing_probe(manifest, resolver=None):
         raise ValueError("'qwen3_asr' is already used by a Transformers config, pick another name.")
 
-    monkeypatch.setattr(EngineManifest, "installed_version", lambda manifest: "0.5.17")
+    monkeypatch.setattr(EngineManifest, "installed_version", lambda manifest: "0.5.15")
     monkeypatch.setattr(EngineManifest, "probe", failing_probe)
     with pytest.raises(StartupError) as info:
         sglang_facade.load_names()
-    assert str(info.value) == f"engine_plugins: SGLang 0.5.17 is not supported; the plugin supports SGLang {SGLANG.supported}"
+    assert str(info.value) == f"engine_plugins: SGLang 0.5.15 is not supported; the plugin supports SGLang {SGLANG.supported}"

@@ -82,7 +82,7 @@ def names(sleep_on_idle: bool, registered: dict) -> DPControllerNames:
         HookType=types.SimpleNamespace(AROUND="around"),
         zmq=FAKE_ZMQ,
         sock_recv=sock_recv,
-        sleep_on_idle=lambda: sleep_on_idle,
+        sleep_on_idle=lambda controller: sleep_on_idle,
     )
 
 

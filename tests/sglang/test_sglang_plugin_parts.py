@@ -18,7 +18,7 @@ from engine_plugins.engines.sglang.routes import mount
 from engine_plugins.engines.sglang.seam import SGLangSeam
 from engine_plugins.engines.sglang.tracking import Tracker, register_hooks
 from fakes.sglang.names import fake_names
-from fakes.sglang.tokenizer_manager import TokenizerManager
+from fakes.sglang.tokenizer_manager import ReqState0517, TokenizerManager
 
 
 def sglang_like_app() -> FastAPI:
@@ -155,7 +155,7 @@ def test_contract_keys_follow_sglangs_admin_optional_rule():
     assert names.api_keys() == []
 
 
-@pytest.mark.parametrize("version", ["0.5.17", "0.5.24", "0.6.0"])
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.24", "0.6.0"])
 def test_an_sglang_outside_the_supported_range_stops_startup_naming_it_and_the_range(version):
     names = fake_names(_serving())
     names.version = version
@@ -218,7 +218,7 @@ async def test_a_scheduler_pause_right_after_an_abort_still_ends_the_aborted_req
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("release", ["0.5.18", "0.5.19", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.17", "0.5.18", "0.5.19", "0.5.23"])
 async def test_a_request_closed_early_stops_running_in_the_scheduler(release):
     # 0.5.23 aborts a dispatched request when its generator closes; 0.5.19 only drops its state,
     # so the plugin aborts it first. Either way the scheduler stops decoding it.
@@ -244,7 +244,7 @@ def test_the_dispatch_mark_is_sglangs_own_from_0_5_20_and_the_sends_before():
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("release", ["0.5.18", "0.5.19", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.17", "0.5.18", "0.5.19", "0.5.23"])
 async def test_a_request_cancelled_before_its_first_output_stops_running_in_the_scheduler(release):
     # A non-streaming request has one output, its last: a client that hangs up cancels it while
     # it waits for its first. 0.5.19 then only drops its state, so the plugin aborts it first.
@@ -260,6 +260,48 @@ async def test_a_request_cancelled_before_its_first_output_stops_running_in_the_
     with pytest.raises(asyncio.CancelledError):
         await consumer
     await _wait_until_gone(tm, tracker, "hung-up")
+
+
+@pytest.mark.anyio
+async def test_a_held_request_sglang_0_5_17s_abort_marked_answers_as_aborted_not_with_its_error():
+    # 0.5.17's abort-all marks the held request; past the gate it raises RequestAbortedError (a
+    # 400 on SGLang's routes). Here nothing wakes the tracker (no hooks applied), so the request
+    # reaches that check itself: the answer is the one of a held request the plugin ends.
+    tm, tracker, stream = _tracked_request("0.5.17", "marked", stream=True)
+    tm.is_pause = True
+    first = asyncio.ensure_future(stream.__anext__())
+    for _ in range(100):
+        if tracker.registry.get("marked") is not None:
+            break
+        await asyncio.sleep(0.01)
+    tm.abort_request(abort_all=True)
+    assert tm.rid_to_state["marked"].abort_requested
+    await tm.continue_generation(tm_names("0.5.17").ContinueGenerationReqInput())
+    out = await asyncio.wait_for(first, 5)
+    assert out["meta_info"]["finish_reason"]["type"] == "abort" and out["output_ids"] == []
+    assert tracker.registry.get("marked") is None and tm.rid_to_state == {} and not tm.scheduler.running
+
+
+def test_an_n_gt_1_requests_logical_state_on_0_5_17_is_dispatched_with_its_first_sample():
+    # 0.5.17 keeps the logical state until every sample is sent, and never dispatches it: from
+    # the first sample on the request is in the scheduler, not held before it.
+    names = tm_names("0.5.17")
+    tm = names.TokenizerManager()
+    tracker = Tracker(SGLangEngine(names, tm))
+    obj = names.GenerateReqInput(rid="logical", input_ids=[1], sampling_params={"n": 2})
+    tm.rid_to_state["logical"] = ReqState0517([], False, asyncio.Event(), obj)
+    assert tracker.registry.held() == 1
+    tm.rid_to_state["logical-0"] = ReqState0517([], False, asyncio.Event(), obj)
+    tm.child_rid_to_logical_rid["logical-0"] = "logical"
+    tracker.dispatched("logical-0")
+    assert tracker.registry.get("logical").dispatched and tracker.registry.held() == 0
+    del tm.rid_to_state["logical"]
+    assert tracker.registry.get("logical") is None and tracker.registry.get("logical-0") is not None
+
+
+def tm_names(release: str) -> Any:
+    """The fake's names as SGLang *release*."""
+    return fake_names(_serving(), release)
 
 
 def _tracked_request(release: str, rid: str, stream: bool) -> tuple:
@@ -292,6 +334,20 @@ def test_before_0_5_19_the_plugin_hooks_the_weight_versions_config_value_and_fro
         register_hooks(names)
     assert (["TokenizerManager0518", "record_config_updates"], "around") in registered
     assert not any(target == ["TokenizerManager0519", "record_config_updates"] for target, _ in registered)
+
+
+def test_on_0_5_16_the_plugin_hooks_and_sets_the_weight_version_where_a_weight_update_records_it():
+    # 0.5.16 has no config values: the version is the server args', set by override.
+    names = tm_names("0.5.16")
+    registered = []
+    names.HookRegistry = types.SimpleNamespace(register=lambda target, hook, kind: registered.append((target.rsplit(".", 2)[-2:], kind.value)))
+    register_hooks(names)
+    assert (["TokenizerManager0516", "_update_weight_version_if_provided"], "around") in registered
+    assert not any(target[1] == "record_config_updates" for target, _ in registered)
+    tm = names.TokenizerManager()
+    engine = SGLangEngine(names, tm)
+    asyncio.run(engine.set_weight_version("v7"))
+    assert (engine.weight_version(), tm.server_args.weight_version) == ("v7", "v7")
 
 
 @pytest.mark.parametrize("release, streamed", [("0.5.18", True), ("0.5.19", False)])

@@ -42,8 +42,9 @@ class DPControllerNames:
     zmq: ModuleType
     sock_recv: Callable[..., Any]
     """SGLang's receive of one message from a ZMQ socket (``flags=zmq.NOBLOCK``: or raise ``zmq.ZMQError``)."""
-    sleep_on_idle: Callable[[], bool]
-    """Whether the server runs with ``--sleep-on-idle`` (read once the process has its config)."""
+    sleep_on_idle: Callable[[Any], bool]
+    """Whether the server runs with ``--sleep-on-idle``, given the controller (read once the
+    process has its config)."""
 
     def hook_event_loop(self, hook: Callable) -> None:
         """Register an AROUND *hook* on ``DataParallelController.event_loop``: ``hook(original, controller)``."""
@@ -68,7 +69,16 @@ def load_dp_controller_names() -> DPControllerNames:
     (the HTTP server's process checked them all at startup)."""
     from sglang.srt.managers import data_parallel_controller as dpc
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    from sglang.srt.runtime_context import get_device
+    from sglang.srt import runtime_context
+
+    get_device = getattr(runtime_context, "get_device", None)
+    if get_device is not None:
+        def sleep_on_idle(controller: Any) -> bool:
+            return bool(get_device().sleep_on_idle)
+    else:
+        # Before 0.5.17 (no get_device): the controller's own server args.
+        def sleep_on_idle(controller: Any) -> bool:
+            return bool(getattr(controller.server_args, "sleep_on_idle", False))
 
     return DPControllerNames(
         DataParallelController=dpc.DataParallelController,
@@ -76,7 +86,7 @@ def load_dp_controller_names() -> DPControllerNames:
         HookType=HookType,
         zmq=dpc.zmq,
         sock_recv=dpc.sock_recv,
-        sleep_on_idle=lambda: bool(get_device().sleep_on_idle),
+        sleep_on_idle=sleep_on_idle,
     )
 
 
@@ -85,7 +95,7 @@ def register_idle_sleep(names: DPControllerNames) -> None:
     once every plugin has loaded, in this process)."""
 
     def event_loop(original: Any, controller: Any) -> Any:
-        if not names.sleep_on_idle():
+        if not names.sleep_on_idle(controller):
             return original(controller)
         logger.info("engine_plugins: SGLang's data-parallel controller waits on its socket when idle (--sleep-on-idle)")
         return run_sleeping_loop(names, controller)

@@ -28,13 +28,17 @@ from engine_plugins.engines.engine_manifest import at_least, missing_attributes
 from engine_plugins.core.model_limits import ModelLimits
 from engine_plugins.engines.sglang.manifest import (
     ABORT_ON_CLOSE,
+    CONFIG_VALUES,
     DISPATCH_MARK,
     ENGINE_WEIGHT_VERSION,
     HOOK_REGISTRY_MODULE,
     HTTP_SERVER_MODULE,
     IO_STRUCT_MODULE,
     LOAD_SNAPSHOT_MODULE,
+    LOGICAL_STATES,
     MANIFEST,
+    MARKED_ABORTS,
+    RUNTIME_CONTEXT,
     SERVER_ARGS_LOGGER,
     SESSION_VERSION,
     TOKENIZER_MANAGER_ATTRIBUTES,
@@ -86,6 +90,16 @@ class SGLangNames:
     """SGLang keeps the weight version and labels each request's tokens with it
     (``TokenizerManager.update_weight_version``, 0.5.19 on); before, the plugin sets the
     TokenizerManager's config value and counts the labels (:mod:`.version_labels`)."""
+    config_values: bool = True
+    """The TokenizerManager keeps the weight version among its config values (``config_value``,
+    ``record_config_updates``: 0.5.17 on); before, in its ``ServerArgs`` (``weight_version``, set
+    by ``override``)."""
+    RequestAbortedError: Optional[type] = None
+    """SGLang 0.5.17's error (a ``ValueError``) for a request its abort marked
+    (``ReqState.abort_requested``) before dispatch; None where its abort marks nothing."""
+    logical_states: bool = False
+    """An ``n > 1`` request keeps a logical state beside its samples' (0.5.17): the sample's
+    ``child_rid_to_logical_rid`` names it."""
 
     @property
     def app(self) -> Any:
@@ -158,6 +172,15 @@ class SGLangNames:
         ``/update_weight_version`` route, a weight update's ``weight_version``). None from 0.5.19."""
         if self.engine_weight_version:
             return {}
+        if not self.config_values:
+            # Before 0.5.17 a weight update records its version through this method (on the
+            # server args), and the plugin sets it through it too (SGLangEngine.set_weight_version).
+            def update_weight_version_if_provided(original: Any, tm: Any, weight_version: Any) -> Any:
+                if weight_version is not None:
+                    changing(tm, str(weight_version))
+                return original(tm, weight_version)
+
+            return {"_update_weight_version_if_provided": (update_weight_version_if_provided, "AROUND")}
 
         def record_config_updates(original: Any, tm: Any, source: str, **fields: Any) -> Any:
             if fields.get("weight_version") is not None:
@@ -275,6 +298,12 @@ class SGLangNames:
         """Whether a ``GenerateReqInput`` asked for logprobs."""
         return bool(getattr(obj, "return_logprob", False))
 
+    def marked_abort(self, exc: BaseException, obj: Any) -> bool:
+        """Whether *exc*, raised before a single request's first output, is SGLang's answer to its
+        own abort of the request before dispatch (0.5.17's ``RequestAbortedError``)."""
+        return (self.RequestAbortedError is not None and isinstance(exc, self.RequestAbortedError)
+                and isinstance(self.request_rid(obj), str))
+
     @staticmethod
     def state_dispatched(state: Any) -> bool:
         """Whether a ``ReqState`` has been sent to the scheduler."""
@@ -295,7 +324,7 @@ def load_names() -> SGLangNames:
         from sglang.srt.managers import io_struct, load_snapshot
         from sglang.srt.managers import tokenizer_manager as tm_module
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-        from sglang.srt.runtime_context import get_exec, get_parallel, get_serving
+        from sglang.srt.runtime_context import get_parallel
         from sglang.srt.utils.auth import AuthLevel
     except ImportError as exc:
         raise MANIFEST.import_error(MANIFEST.installed_version(), exc) from exc
@@ -304,8 +333,19 @@ def load_names() -> SGLangNames:
     except ImportError:
         HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
 
-    def deterministic() -> bool:
-        return bool(get_exec().deterministic.enable_deterministic_inference)
+    if report.features[RUNTIME_CONTEXT]:
+        from sglang.srt.runtime_context import get_exec, get_serving
+
+        def deterministic() -> bool:
+            return bool(get_exec().deterministic.enable_deterministic_inference)
+    else:
+        # Before 0.5.17 the same fields are the TokenizerManager's server args (read once the
+        # seam exists, so the TokenizerManager does).
+        def get_serving() -> Any:
+            return http_server.get_global_state().tokenizer_manager.server_args
+
+        def deterministic() -> bool:
+            return bool(get_serving().enable_deterministic_inference)
 
     try:
         from sglang.srt.entrypoints import v1_loads
@@ -328,7 +368,8 @@ def load_names() -> SGLangNames:
             else:
                 accelerators = v1_loads._num_accelerators_per_dp_rank()
             return {"accelerator": v1_loads._accelerator_name(), "num_accelerators": accelerators}
-    except ImportError:
+    except (ImportError, AttributeError):
+        # 0.5.16's /v1/loads has neither helper, nor those fields (docs/engine-notes.md).
         loads_header = dict
 
     names = SGLangNames(
@@ -352,6 +393,9 @@ def load_names() -> SGLangNames:
         dispatch_mark=report.features[DISPATCH_MARK],
         aborts_on_close=report.features[ABORT_ON_CLOSE],
         engine_weight_version=report.features[ENGINE_WEIGHT_VERSION],
+        config_values=report.features[CONFIG_VALUES],
+        RequestAbortedError=getattr(tm_module, "RequestAbortedError", None) if report.features[MARKED_ABORTS] else None,
+        logical_states=report.features[LOGICAL_STATES],
         BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
         EndWeightUpdateReqInput=getattr(io_struct, "EndWeightUpdateReqInput", None),
         parallel=get_parallel,
@@ -420,6 +464,13 @@ class SGLangEngine:
         """The rids whose state SGLang holds."""
         return list(self.tm.rid_to_state)
 
+    def logical_rid(self, rid: str) -> Optional[str]:
+        """The rid of the ``n > 1`` request whose sample *rid* is, where SGLang keeps a logical
+        state beside the samples' (0.5.17); else None."""
+        if not self.names.logical_states:
+            return None
+        return getattr(self.tm, "child_rid_to_logical_rid", {}).get(rid)
+
     def holds(self, rid: str) -> bool:
         """Whether SGLang holds a state for *rid*."""
         return rid in self.tm.rid_to_state
@@ -443,14 +494,21 @@ class SGLangEngine:
         self.tm.abort_request(abort_all=True)
 
     def weight_version(self) -> str:
-        """The version SGLang stamps on new tokens."""
+        """The version SGLang stamps on new tokens (before 0.5.17, its server args')."""
+        if not self.names.config_values:
+            return str(self.tm.server_args.weight_version)
         return str(self.tm.config_value("weight_version"))
 
     async def set_weight_version(self, version: str) -> None:
         """SGLang's version update, without its abort of every request. Before 0.5.19, where
         SGLang has none, the TokenizerManager's config value, as its own route sets it."""
         if not self.names.engine_weight_version:
-            self.tm.record_config_updates("http.update_weight_version", weight_version=version)
+            if not self.names.config_values:
+                # Through the method the plugin hooks there (SGLang's route calls the server
+                # args' override directly, but the contract's route replaces it).
+                self.tm._update_weight_version_if_provided(version)
+            else:
+                self.tm.record_config_updates("http.update_weight_version", weight_version=version)
             return
         await self.tm.update_weight_version(
             self.names.UpdateWeightVersionReqInput(new_version=version, abort_all_requests=False)
@@ -489,7 +547,7 @@ class SGLangEngine:
         meta_info: dict[str, Any] = {
             "id": obj.rid,
             "finish_reason": {"type": "abort", "message": "Aborted before it reached the scheduler"},
-            "weight_version": self.tm.config_value("weight_version"),
+            "weight_version": self.weight_version(),
             "prompt_tokens": 0,
             "completion_tokens": 0,
             "cached_tokens": 0,

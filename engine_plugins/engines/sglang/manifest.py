@@ -12,7 +12,7 @@ from engine_plugins.engines.engine_manifest import EngineManifest
 from engine_plugins.engines.probe import EngineName, Feature
 
 # The SGLang releases the plugin supports (every 0.5.23.x included).
-LOWEST_VERSION, HIGHEST_VERSION = "0.5.18", "0.5.23"
+LOWEST_VERSION, HIGHEST_VERSION = "0.5.16", "0.5.23"
 
 # Methods of the TokenizerManager class the plugin calls or hooks.
 TOKENIZER_MANAGER_METHODS = (
@@ -23,7 +23,6 @@ TOKENIZER_MANAGER_METHODS = (
     "pause_generation",
     "continue_generation",
     "get_loads",
-    "config_value",
 )
 # Attributes a TokenizerManager sets on itself in __init__: checked on each instance too.
 TOKENIZER_MANAGER_ATTRIBUTES = (
@@ -77,9 +76,9 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     *(_n(_TM, f"TokenizerManager.{m}") for m in TOKENIZER_MANAGER_METHODS),
     _n(_TM, "TokenizerManager.generate_request", "obj", "request"),
     _n(_TM, "TokenizerManager.abort_request", "rid", "abort_all"),
-    # Where the TokenizerManager keeps the version it reports (``config_value("weight_version")``):
-    # the plugin sets it there where SGLang has no version update of its own, and hooks it.
-    _n(_TM, "TokenizerManager.record_config_updates", "source"),
+    # Where a weight update's version is recorded (the plugin's hook and setter where SGLang
+    # keeps no version of its own and no config values, before 0.5.17).
+    _n("managers.tokenizer_control_mixin", "TokenizerControlMixin._update_weight_version_if_provided", "weight_version"),
     # The tokens each request has received so far (the weight-version labels where SGLang has none).
     _n(_TM, "ReqState.output_ids"),
     # Where a request is sent to the scheduler: the dispatch mark's hooks where SGLang has none.
@@ -97,10 +96,7 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("plugins.hook_registry", "HookRegistry.apply_hooks"),
     _n("plugins.hook_registry", "HookType.AROUND"),
     _n("plugins.hook_registry", "HookType.AFTER"),
-    _n("runtime_context", "get_exec"),
-    _n("runtime_context", "get_serving"),
     _n("runtime_context", "get_parallel"),
-    _n("runtime_context", "get_device"),
     _n("managers.data_parallel_controller", "DataParallelController.event_loop"),
     *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
     _n("managers.data_parallel_controller", "sock_recv"),
@@ -133,6 +129,17 @@ ABORT_ON_CLOSE = "abort_on_close"
 ENGINE_WEIGHT_VERSION = "engine_weight_version"
 # 0.5.22 on: the scheduler leaves the requests its queued results finish out of the pass it plans.
 ABORT_WITHOUT_LAST_PASS = "abort_without_last_pass"
+# 0.5.17 on: the TokenizerManager's config values (``config_value``, ``record_config_updates``,
+# where the weight version is kept before 0.5.19) and the runtime context's accessors
+# (``get_exec``, ``get_serving``, ``get_device``); before, both are the ``ServerArgs``.
+CONFIG_VALUES = "config_values"
+RUNTIME_CONTEXT = "runtime_context"
+# 0.5.17 only: ``abort_request`` marks request states ``abort_requested``, and a marked request
+# raises ``RequestAbortedError`` (a ``ValueError``) at its next check before dispatch.
+MARKED_ABORTS = "marked_aborts"
+# 0.5.17 only: an ``n > 1`` request keeps its logical state beside one child state per sample
+# (``_init_child_req_state``, ``child_rid_to_logical_rid``); the logical one is never dispatched.
+LOGICAL_STATES = "logical_states"
 FEATURES: tuple[Feature, ...] = (
     Feature(ENGINE_WEIGHT_VERSION, _n(_TM, "TokenizerManager.update_weight_version", "obj"),
             "weight version: set by the plugin in SGLang's config value, each request's tokens labelled with the "
@@ -147,6 +154,16 @@ FEATURES: tuple[Feature, ...] = (
             "sessionless tensor and distributed weight updates get a session from the plugin", on_presence=True),
     Feature(ABORT_WITHOUT_LAST_PASS, _n("managers.scheduler", "Scheduler._reqs_finishing_inflight", "batch"),
             "an aborted running request ends without one more decode pass (a hook in the scheduler)", on_presence=True),
+    Feature(CONFIG_VALUES, _n(_TM, "TokenizerManager.record_config_updates", "source"),
+            "weight version kept in the server args (read there, set and hooked through "
+            "_update_weight_version_if_provided)"),
+    Feature(RUNTIME_CONTEXT, _n("runtime_context", "get_serving"),
+            "API keys, deterministic inference and --sleep-on-idle read from the server args"),
+    Feature(MARKED_ABORTS, _n(_TM, "RequestAbortedError"),
+            "a request SGLang's abort marked before dispatch answers as aborted, not with RequestAbortedError",
+            on_presence=True),
+    Feature(LOGICAL_STATES, _n(_TM, "TokenizerManager._init_child_req_state", "logical_rid", "obj"),
+            "an n > 1 request's logical state counts as dispatched once its first sample is", on_presence=True),
 )
 
 _MARKED = {DISPATCH_MARK: True, ABORT_ON_CLOSE: True, ENGINE_WEIGHT_VERSION: True}
@@ -154,6 +171,7 @@ _UNMARKED = {DISPATCH_MARK: False, ABORT_ON_CLOSE: False, ENGINE_WEIGHT_VERSION:
 _UNVERSIONED = {**_UNMARKED, ENGINE_WEIGHT_VERSION: False}
 _BEFORE_SESSIONS = {LEGACY_GET_LOAD: True, WEIGHT_UPDATE_SESSION: False, **_MARKED}
 _WITH_SESSIONS = {LEGACY_GET_LOAD: False, WEIGHT_UPDATE_SESSION: True, **_MARKED}
+_UNMARKED_ABORTS = {MARKED_ABORTS: False, LOGICAL_STATES: False, CONFIG_VALUES: True, RUNTIME_CONTEXT: True}
 
 MANIFEST = EngineManifest(
     engine="SGLang",
@@ -162,10 +180,14 @@ MANIFEST = EngineManifest(
     highest=HIGHEST_VERSION,
     required=REQUIRED_NAMES,
     features=FEATURES,
-    releases={"0.5.18": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False},
-              "0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED, ABORT_WITHOUT_LAST_PASS: False},
-              "0.5.20": {**_BEFORE_SESSIONS, ABORT_WITHOUT_LAST_PASS: False},
-              "0.5.21": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: False},
-              "0.5.22": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True},
-              "0.5.23": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True}},
+    releases={"0.5.16": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS,
+                         CONFIG_VALUES: False, RUNTIME_CONTEXT: False},
+              "0.5.17": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS,
+                         MARKED_ABORTS: True, LOGICAL_STATES: True},
+              "0.5.18": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS},
+              "0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS},
+              "0.5.20": {**_BEFORE_SESSIONS, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS},
+              "0.5.21": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS},
+              "0.5.22": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True, **_UNMARKED_ABORTS},
+              "0.5.23": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True, **_UNMARKED_ABORTS}},
 )

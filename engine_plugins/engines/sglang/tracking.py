@@ -20,6 +20,9 @@ names this plugin), complete the fence (:func:`register_hooks`):
   are ended the same way, instead of running after resume;
 - SGLang's own pause in ``abort`` mode: requests reaching the gate meanwhile keep waiting for
   ``continue_generation``, as SGLang means them to;
+- on 0.5.17, whose abort marks request states and ends a marked one before dispatch with
+  ``RequestAbortedError``: that request gets the answer of a held request ended by an abort,
+  and an ``n > 1`` request's logical state is dispatched with its first sample;
 - before 0.5.19, every change of the TokenizerManager's weight version: each request's tokens so
   far are recorded under the version they leave, and its final output gets the spans
   (:mod:`.version_labels`), as SGLang's scheduler does from 0.5.19.
@@ -150,6 +153,13 @@ class Tracker:
         entry.dispatched = True
         if entry.aborted:
             self.sglang.abort(rid)
+        # SGLang 0.5.17 keeps an n > 1 request's logical state until every sample is sent, and
+        # never dispatches it: from its first sample on it is in the scheduler, not held (an
+        # abort of its rid reaches its samples, by SGLang's own abort_request).
+        logical = self.sglang.logical_rid(rid)
+        parent = self.registry.get(logical) if logical is not None else None
+        if parent is not None and not parent.dispatched:
+            self.dispatched(logical)
 
     def native_abort(self, rid: str, abort_all: bool) -> None:
         """SGLang's own abort reaches held requests too: those it covers, by SGLang's prefix rule,
@@ -239,6 +249,13 @@ class Tracker:
             out = await self._first_step(inner, obj)
         except StopAsyncIteration:
             return
+        except Exception as exc:
+            # SGLang 0.5.17 ends a request its own abort marked before dispatch with an error
+            # (an abort-all reaches held requests, and one can pass the gate before the plugin
+            # ends it): the same answer as for a held request the plugin ends.
+            if not self.sglang.names.marked_abort(exc, obj):
+                raise
+            out = None
         if out is None:
             yield self.sglang.aborted_before_dispatch(obj)
             return

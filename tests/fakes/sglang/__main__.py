@@ -39,6 +39,11 @@ def main() -> None:
     parser.add_argument("--like-0.5.18", dest="like", action="store_const", const="0.5.18",
                         help="SGLang 0.5.18: as 0.5.19, and no weight version but the TokenizerManager's config value "
                              "(no update_weight_version, no per-token labels)")
+    parser.add_argument("--like-0.5.17", dest="like", action="store_const", const="0.5.17",
+                        help="SGLang 0.5.17: as 0.5.18, and its abort marks request states (a marked request raises "
+                             "RequestAbortedError before dispatch), its sends mark dispatch, its failure path aborts")
+    parser.add_argument("--like-0.5.16", dest="like", action="store_const", const="0.5.16",
+                        help="SGLang 0.5.16: as 0.5.18, and the weight version in the server args (no config values)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     serving = SimpleNamespace(

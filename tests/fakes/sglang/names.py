@@ -8,9 +8,12 @@ from engine_plugins.engines.probe import ProbeReport
 from engine_plugins.engines.sglang.facade import SGLangNames, check_names
 from engine_plugins.engines.sglang.manifest import (
     ABORT_ON_CLOSE,
+    CONFIG_VALUES,
     DISPATCH_MARK,
     ENGINE_WEIGHT_VERSION,
+    LOGICAL_STATES,
     MANIFEST,
+    MARKED_ABORTS,
     WEIGHT_UPDATE_SESSION,
 )
 
@@ -18,23 +21,24 @@ from . import http_server
 from .hook_registry import HookRegistry, HookType
 from .io_struct import (BeginWeightUpdateReqInput, ContinueGenerationReqInput, EndWeightUpdateReqInput, GenerateReqInput,
                         PauseGenerationReqInput, UpdateWeightVersionReqInput)
-from .tokenizer_manager import (HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, TokenizerManager, TokenizerManager0518,
-                                TokenizerManager0519)
+from . import tokenizer_manager as tm_module
+from .tokenizer_manager import (HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, ReqState0517, TokenizerManager,
+                                TokenizerManager0516, TokenizerManager0517, TokenizerManager0518, TokenizerManager0519)
 
 # The TokenizerManager of each release the fake follows (the newest for any other).
-TOKENIZER_MANAGERS = {"0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}
+TOKENIZER_MANAGERS = {"0.5.16": TokenizerManager0516, "0.5.17": TokenizerManager0517, "0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}
 
 
 def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames:
     """The fake's names; *serving* stands for SGLang's ``get_serving()`` bag (keys, flags).
-    *release*: the SGLang release the fake follows (0.5.23, 0.5.19 or 0.5.18), whose features the
+    *release*: the SGLang release the fake follows (0.5.23, 0.5.19, 0.5.18, 0.5.17 or 0.5.16), whose features the
     manifest lists. Checked as SGLang's are, against the plugin's manifest."""
     features = MANIFEST.releases[release]
     names = SGLangNames(
         version=f"{release} (engine_plugins fake)",
         http_server=http_server,
         TokenizerManager=TOKENIZER_MANAGERS.get(release, TokenizerManager),
-        ReqState=ReqState,
+        ReqState=ReqState0517 if features[MARKED_ABORTS] else ReqState,
         LoadSnapshot=LoadSnapshot,
         GenerateReqInput=GenerateReqInput,
         UpdateWeightVersionReqInput=UpdateWeightVersionReqInput,
@@ -53,6 +57,9 @@ def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames
         dispatch_mark=features[DISPATCH_MARK],
         aborts_on_close=features[ABORT_ON_CLOSE],
         engine_weight_version=features[ENGINE_WEIGHT_VERSION],
+        config_values=features[CONFIG_VALUES],
+        RequestAbortedError=tm_module.RequestAbortedError if features[MARKED_ABORTS] else None,
+        logical_states=features[LOGICAL_STATES],
     )
     check_names(names)
     return names

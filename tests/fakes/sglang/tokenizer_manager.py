@@ -339,8 +339,7 @@ class TokenizerManager:
                 await asyncio.sleep(self.scheduler.step_s)
         success, message = await self._weights_call(kind, obj)
         if success and obj.weight_version is not None:
-            # _update_weight_version_if_provided (control mixin): only on success.
-            self.record_config_updates("tokenizer.weight_version", weight_version=obj.weight_version)
+            self._update_weight_version_if_provided(obj.weight_version)  # only on success
             message += f" Weight version updated to {obj.weight_version}."
         return success, message
 
@@ -362,6 +361,11 @@ class TokenizerManager:
         """control mixin 494-501."""
         self.auto_create_handle_loop()
         return await self._weights_call("end", obj)
+
+    def _update_weight_version_if_provided(self, weight_version: Optional[str]) -> None:
+        """control mixin 1072-1078: a weight update's version, recorded as a config value."""
+        if weight_version is not None:
+            self.record_config_updates("tokenizer.weight_version", weight_version=weight_version)
 
     def record_config_updates(self, source: str, **fields: Any) -> None:
         """2324-2331: a control-plane change of the config values; only the weight version is faked."""
@@ -456,7 +460,7 @@ class _Absent:
         self.name = name
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:
-        raise AttributeError(f"SGLang 0.5.18's TokenizerManager has no {self.name}")
+        raise AttributeError(f"this SGLang release's TokenizerManager has no {self.name}")
 
 
 class TokenizerManager0518(TokenizerManager0519):
@@ -473,3 +477,150 @@ class TokenizerManager0518(TokenizerManager0519):
         super().__init__(*args, **kwargs)
         for scheduler in self.schedulers:
             scheduler.keeps_weight_version = False
+
+
+class RequestAbortedError(ValueError):
+    """0.5.17 ``managers/tokenizer_manager.py:198``: a request its abort marked, before dispatch."""
+
+
+@dataclasses.dataclass
+class ReqState0517(ReqState):
+    """0.5.17's ``ReqState`` (202-230): marked by ``abort_request`` (``abort_requested``), owned by a
+    lifecycle (the logical request's, for its samples), and marked dispatched by the sends."""
+
+    abort_requested: bool = False
+    lifecycle_id: object = dataclasses.field(default_factory=object)
+
+
+class TokenizerManager0517(TokenizerManager0518):
+    """SGLang 0.5.17's differences from 0.5.18 (``managers/tokenizer_manager.py`` of 0.5.17): the
+    sends mark ``ReqState.dispatched`` themselves (1549-1551, 1574-1576); ``abort_request`` marks
+    the states it covers ``abort_requested`` (1930-1970: every state that is not a sample's for
+    ``abort_all``), and a marked request raises ``RequestAbortedError`` at its next check before
+    dispatch (785, 789, 794: past the pause gate, past the update lock, after tokenizing); the
+    failure path aborts the dispatched requests and removes every state the request owns
+    (``_discard_pending_req_states``, 3483-3535). This fake's requests are single, so it has no
+    logical ``n > 1`` states (``_init_child_req_state``, 3365-3380), only the names."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.child_rid_to_logical_rid: dict[str, str] = {}
+        self.logical_rid_to_child_rids: dict[str, set] = {}
+
+    async def generate_request(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[dict]:
+        """744-808: the state, the gate, a check, (the update lock), tokenize, a check, send."""
+        self.auto_create_handle_loop()
+        obj.normalize_batch_and_arguments()
+        lifecycles = self._init_req_state(obj, request)
+        try:
+            async with self.is_pause_cond:
+                await self.is_pause_cond.wait_for(lambda: not self.is_pause)
+            self._raise_if_logical_rid_aborted(obj.rid)
+            self._past_gate += 1  # model_update_lock's reader lock (788)
+            try:
+                tokenized_obj = await self._tokenize_one_request(obj)
+                self._raise_if_logical_rid_aborted(obj.rid)
+                self._send_one_request(tokenized_obj)
+                async for response in self._wait_one_response(obj, request):
+                    yield response
+            finally:
+                self._past_gate -= 1
+        except BaseException:
+            self._discard_pending_req_states(obj, lifecycles)
+            raise
+
+    def _init_req_state(self, obj: GenerateReqInput, request: Any = None) -> dict:  # type: ignore[override]
+        """3414-3481: a duplicate rid is a ValueError; returns each state's lifecycle."""
+        if obj.rid in self.rid_to_state or obj.rid in self.child_rid_to_logical_rid:
+            raise ValueError(f"Duplicate request ID detected: {obj.rid}")
+        state = ReqState0517([], False, asyncio.Event(), obj)
+        self.rid_to_state[obj.rid] = state
+        return {obj.rid: state.lifecycle_id}
+
+    def _init_child_req_state(self, logical_rid: str, obj: GenerateReqInput, request: Any = None) -> None:
+        """3365-3380: a sample's state, in its logical request's lifecycle (never called here)."""
+        raise NotImplementedError("the SGLang fake serves single requests only")
+
+    def _raise_if_logical_rid_aborted(self, logical_rid: str) -> None:
+        """3405-3408."""
+        state = self.rid_to_state.get(logical_rid)
+        if state is None or state.abort_requested:
+            raise RequestAbortedError(f"Request {logical_rid} was aborted")
+
+    def _send_one_request(self, tokenized_obj: TokenizedGenerateReqInput) -> None:  # type: ignore[override]
+        """1540-1553: dispatch, then mark the state."""
+        self._dispatch_to_scheduler(tokenized_obj)
+        state = self.rid_to_state.get(tokenized_obj.rid)
+        if state is not None:
+            state.dispatched = True
+
+    def _send_batch_request(self, tokenized_objs: list[TokenizedGenerateReqInput]) -> None:  # type: ignore[override]
+        """1555-1578."""
+        self._dispatch_to_scheduler(list(tokenized_objs))
+        for tokenized_obj in tokenized_objs:
+            state = self.rid_to_state.get(tokenized_obj.rid)
+            if state is not None:
+                state.dispatched = True
+
+    def _discard_pending_req_states(self, obj: GenerateReqInput, lifecycle_ids: Optional[dict] = None) -> None:  # type: ignore[override]
+        """3483-3535: abort the request if it reached the scheduler, and remove its state (its
+        own lifecycle's only)."""
+        state = self.rid_to_state.get(obj.rid)
+        if state is None or (lifecycle_ids is not None and state.lifecycle_id is not lifecycle_ids.get(obj.rid)):
+            return
+        if state.dispatched:
+            self._dispatch_to_scheduler(AbortReq(rid=obj.rid, abort_all=False))
+        del self.rid_to_state[obj.rid]
+
+    def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
+        """1930-1970: mark, then send; an unknown rid sends nothing (one tokenizer worker)."""
+        if not abort_all and not rid:
+            return
+        if abort_all:
+            for state_rid, state in self.rid_to_state.items():
+                if state_rid not in self.child_rid_to_logical_rid:
+                    state.abort_requested = True
+        elif rid in self.rid_to_state:
+            self.rid_to_state[rid].abort_requested = True
+        else:
+            return
+        self._dispatch_to_scheduler(AbortReq(rid=rid, abort_all=abort_all))
+
+
+class ServerArgs0516:
+    """0.5.16 ``server_args.py``: the fields the plugin reads, and ``override`` (7422-7450), the
+    one setter of a resolved field (the weight version here)."""
+
+    def __init__(self) -> None:
+        self.weight_version = "default"
+
+    def override(self, source: str, **fields: Any) -> None:
+        """Set *fields*, recorded with their *source* in SGLang (not here)."""
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+class TokenizerManager0516(TokenizerManager0518):
+    """SGLang 0.5.16's differences from 0.5.18 (its ``managers/tokenizer_manager.py``,
+    ``tokenizer_control_mixin.py`` and ``entrypoints/http_server.py``): no config values
+    (``config_value``, ``record_config_updates``); the weight version is the server args'
+    (``server_args.weight_version``, read at 1930 and 2804), set by ``server_args.override`` from
+    the HTTP route (``entrypoints/http_server.py:1368-1392``) and after a successful weight update
+    (``_update_weight_version_if_provided``, control mixin 891-897). The request path, aborts
+    and pauses are 0.5.18's."""
+
+    config_value = _Absent()
+    record_config_updates = _Absent()
+
+    @property
+    def _weight_version(self) -> str:
+        return self.server_args.weight_version
+
+    @_weight_version.setter
+    def _weight_version(self, version: str) -> None:
+        self.__dict__.setdefault("server_args", ServerArgs0516()).override("init", weight_version=version)
+
+    def _update_weight_version_if_provided(self, weight_version: Optional[str]) -> None:
+        """control mixin 891-897."""
+        if weight_version is not None:
+            self.server_args.override("tokenizer.weight_version", weight_version=weight_version)
