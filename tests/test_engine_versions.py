@@ -68,7 +68,7 @@ def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
     ]
 
 
-@pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("vllm", "0.35.0"), ("sglang", "0.5.15"), ("sglang", "0.6.0")])
+@pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("vllm", "0.35.0"), ("sglang", "0.5.14"), ("sglang", "0.6.0")])
 def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     with pytest.raises(StartupError) as info:
         MANIFESTS[engine].check_version(version)
@@ -118,8 +118,8 @@ def test_a_release_below_the_range_whose_own_imports_fail_is_still_refused_by_na
     def failing_probe(manifest, resolver=None):
         raise ValueError("'qwen3_asr' is already used by a Transformers config, pick another name.")
 
-    monkeypatch.setattr(EngineManifest, "installed_version", lambda manifest: "0.5.15")
+    monkeypatch.setattr(EngineManifest, "installed_version", lambda manifest: "0.5.14")
     monkeypatch.setattr(EngineManifest, "probe", failing_probe)
     with pytest.raises(StartupError) as info:
         sglang_facade.load_names()
-    assert str(info.value) == f"engine_plugins: SGLang 0.5.15 is not supported; the plugin supports SGLang {SGLANG.supported}"
+    assert str(info.value) == f"engine_plugins: SGLang 0.5.14 is not supported; the plugin supports SGLang {SGLANG.supported}"

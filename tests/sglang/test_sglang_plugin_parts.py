@@ -155,7 +155,7 @@ def test_contract_keys_follow_sglangs_admin_optional_rule():
     assert names.api_keys() == []
 
 
-@pytest.mark.parametrize("version", ["0.5.15", "0.5.24", "0.6.0"])
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.24", "0.6.0"])
 def test_an_sglang_outside_the_supported_range_stops_startup_naming_it_and_the_range(version):
     names = fake_names(_serving())
     names.version = version
@@ -411,3 +411,14 @@ async def test_on_0_5_18_a_change_after_the_last_output_arrived_does_not_relabel
 
 async def _drain(outputs: Any) -> list:
     return [out async for out in outputs]
+
+
+def test_on_0_5_15_incremental_streaming_is_read_from_the_server_args():
+    # 0.5.15 keeps --incremental-streaming-output in its server args only (0.5.16 copies it).
+    names = tm_names("0.5.15")
+    tm = names.TokenizerManager()
+    assert not hasattr(tm, "incremental_streaming_output")
+    engine = SGLangEngine(names, tm)
+    assert engine.incremental_streaming() is False
+    tm.server_args.incremental_streaming_output = True
+    assert engine.incremental_streaming() is True

@@ -41,6 +41,7 @@ from engine_plugins.engines.sglang.manifest import (
     RUNTIME_CONTEXT,
     SERVER_ARGS_LOGGER,
     SESSION_VERSION,
+    STREAMING_FLAG,
     TOKENIZER_MANAGER_ATTRIBUTES,
     TOKENIZER_MANAGER_MODULE,
 )
@@ -94,6 +95,9 @@ class SGLangNames:
     """The TokenizerManager keeps the weight version among its config values (``config_value``,
     ``record_config_updates``: 0.5.17 on); before, in its ``ServerArgs`` (``weight_version``, set
     by ``override``)."""
+    streaming_flag: bool = True
+    """The TokenizerManager has ``incremental_streaming_output`` (0.5.16 on); before, only its
+    ``ServerArgs`` have it."""
     RequestAbortedError: Optional[type] = None
     """SGLang 0.5.17's error (a ``ValueError``) for a request its abort marked
     (``ReqState.abort_requested``) before dispatch; None where its abort marks nothing."""
@@ -394,6 +398,7 @@ def load_names() -> SGLangNames:
         aborts_on_close=report.features[ABORT_ON_CLOSE],
         engine_weight_version=report.features[ENGINE_WEIGHT_VERSION],
         config_values=report.features[CONFIG_VALUES],
+        streaming_flag=report.features[STREAMING_FLAG],
         RequestAbortedError=getattr(tm_module, "RequestAbortedError", None) if report.features[MARKED_ABORTS] else None,
         logical_states=report.features[LOGICAL_STATES],
         BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
@@ -458,7 +463,8 @@ class SGLangEngine:
 
     def incremental_streaming(self) -> bool:
         """Whether stream chunks are deltas (``--incremental-streaming-output``)."""
-        return bool(self.tm.incremental_streaming_output)
+        owner = self.tm if self.names.streaming_flag else self.tm.server_args
+        return bool(owner.incremental_streaming_output)
 
     def rids(self) -> list[str]:
         """The rids whose state SGLang holds."""

@@ -12,7 +12,7 @@ from engine_plugins.engines.engine_manifest import EngineManifest
 from engine_plugins.engines.probe import EngineName, Feature
 
 # The SGLang releases the plugin supports (every 0.5.23.x included).
-LOWEST_VERSION, HIGHEST_VERSION = "0.5.16", "0.5.23"
+LOWEST_VERSION, HIGHEST_VERSION = "0.5.15", "0.5.23"
 
 # Methods of the TokenizerManager class the plugin calls or hooks.
 TOKENIZER_MANAGER_METHODS = (
@@ -26,7 +26,7 @@ TOKENIZER_MANAGER_METHODS = (
 )
 # Attributes a TokenizerManager sets on itself in __init__: checked on each instance too.
 TOKENIZER_MANAGER_ATTRIBUTES = (
-    "rid_to_state", "is_pause", "is_pause_cond", "incremental_streaming_output", "model_config", "context_len",
+    "rid_to_state", "is_pause", "is_pause_cond", "model_config", "context_len",
 )
 # Fields of the request objects the plugin builds or reads.
 REQUEST_FIELDS = {
@@ -140,6 +140,9 @@ MARKED_ABORTS = "marked_aborts"
 # 0.5.17 only: an ``n > 1`` request keeps its logical state beside one child state per sample
 # (``_init_child_req_state``, ``child_rid_to_logical_rid``); the logical one is never dispatched.
 LOGICAL_STATES = "logical_states"
+# 0.5.16 on: the TokenizerManager keeps ``--incremental-streaming-output`` on itself; before, only
+# its ``ServerArgs`` have it.
+STREAMING_FLAG = "streaming_flag"
 FEATURES: tuple[Feature, ...] = (
     Feature(ENGINE_WEIGHT_VERSION, _n(_TM, "TokenizerManager.update_weight_version", "obj"),
             "weight version: set by the plugin in SGLang's config value, each request's tokens labelled with the "
@@ -164,6 +167,8 @@ FEATURES: tuple[Feature, ...] = (
             on_presence=True),
     Feature(LOGICAL_STATES, _n(_TM, "TokenizerManager._init_child_req_state", "logical_rid", "obj"),
             "an n > 1 request's logical state counts as dispatched once its first sample is", on_presence=True),
+    Feature(STREAMING_FLAG, _n(_TM, "TokenizerManager.incremental_streaming_output", on_self=True),
+            "--incremental-streaming-output read from the server args"),
 )
 
 _MARKED = {DISPATCH_MARK: True, ABORT_ON_CLOSE: True, ENGINE_WEIGHT_VERSION: True}
@@ -171,7 +176,8 @@ _UNMARKED = {DISPATCH_MARK: False, ABORT_ON_CLOSE: False, ENGINE_WEIGHT_VERSION:
 _UNVERSIONED = {**_UNMARKED, ENGINE_WEIGHT_VERSION: False}
 _BEFORE_SESSIONS = {LEGACY_GET_LOAD: True, WEIGHT_UPDATE_SESSION: False, **_MARKED}
 _WITH_SESSIONS = {LEGACY_GET_LOAD: False, WEIGHT_UPDATE_SESSION: True, **_MARKED}
-_UNMARKED_ABORTS = {MARKED_ABORTS: False, LOGICAL_STATES: False, CONFIG_VALUES: True, RUNTIME_CONTEXT: True}
+# What every release from 0.5.16 has of the features 0.5.15 to 0.5.17 differ in.
+_COMMON = {MARKED_ABORTS: False, LOGICAL_STATES: False, CONFIG_VALUES: True, RUNTIME_CONTEXT: True, STREAMING_FLAG: True}
 
 MANIFEST = EngineManifest(
     engine="SGLang",
@@ -180,14 +186,16 @@ MANIFEST = EngineManifest(
     highest=HIGHEST_VERSION,
     required=REQUIRED_NAMES,
     features=FEATURES,
-    releases={"0.5.16": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS,
+    releases={"0.5.15": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON,
+                         CONFIG_VALUES: False, RUNTIME_CONTEXT: False, STREAMING_FLAG: False},
+              "0.5.16": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON,
                          CONFIG_VALUES: False, RUNTIME_CONTEXT: False},
-              "0.5.17": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS,
+              "0.5.17": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON,
                          MARKED_ABORTS: True, LOGICAL_STATES: True},
-              "0.5.18": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS},
-              "0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS},
-              "0.5.20": {**_BEFORE_SESSIONS, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS},
-              "0.5.21": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: False, **_UNMARKED_ABORTS},
-              "0.5.22": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True, **_UNMARKED_ABORTS},
-              "0.5.23": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True, **_UNMARKED_ABORTS}},
+              "0.5.18": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON},
+              "0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON},
+              "0.5.20": {**_BEFORE_SESSIONS, ABORT_WITHOUT_LAST_PASS: False, **_COMMON},
+              "0.5.21": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: False, **_COMMON},
+              "0.5.22": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True, **_COMMON},
+              "0.5.23": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: True, **_COMMON}},
 )

@@ -624,3 +624,15 @@ class TokenizerManager0516(TokenizerManager0518):
         """control mixin 891-897."""
         if weight_version is not None:
             self.server_args.override("tokenizer.weight_version", weight_version=weight_version)
+
+
+class TokenizerManager0515(TokenizerManager0516):
+    """SGLang 0.5.15's difference from 0.5.16 that the plugin meets: ``--incremental-streaming-output``
+    is only in the server args (0.5.15 ``managers/tokenizer_manager.py`` reads
+    ``self.server_args.incremental_streaming_output`` at 1483, 1975 and 2025; 0.5.16 copies it onto
+    the TokenizerManager, 290). Its weight version is set in the server args as 0.5.16's is
+    (``_update_weight_version_if_provided``, control mixin 867-872, assigns it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server_args.incremental_streaming_output = self.__dict__.pop("incremental_streaming_output")
