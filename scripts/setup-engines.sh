@@ -77,6 +77,8 @@ since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; 
 
 usage() { echo "usage: $0 [vllm|sglang|all|wheels|ENGINE@VERSION ...]" >&2; exit 2; }
 VERSIONS_FILE=$REPO_ROOT/requirements/engine-versions.txt
+# The refused releases the frameworks pin: their wheels too, for the probe and their patches.
+REFUSED_FILE=$REPO_ROOT/requirements/engine-refused.txt
 WHEELS_DIR=${ENGINE_PLUGINS_WHEELS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/engine-plugins/wheels}
 # Releases marked "real" in the versions file, as ENGINE@VERSION.
 real_versions() { awk '!/^#/ && $4 == "real" { print $1 "@" $2 }' "$VERSIONS_FILE"; }
@@ -263,7 +265,7 @@ setup_engine() {
   remove_project_install "$venv"
 }
 
-# The wheel of one supported release, downloaded once (no dependencies) and its .py files
+# The wheel of one release (supported or refused), downloaded once (no dependencies) and its .py files
 # unpacked for the static probe; both idempotent (a .unpacked stamp is written last).
 fetch_wheel() {
   local spec=$1 dist=${1%==*} version=${1#*==} src wheel
@@ -290,7 +292,7 @@ whl.extractall(sys.argv[2], [n for n in whl.namelist() if n.endswith(".py")])' "
 
 fetch_wheels() {
   local spec
-  for spec in $(awk '!/^#/ && NF >= 3 { print $3 }' "$VERSIONS_FILE"); do fetch_wheel "$spec"; done
+  for spec in $(awk '!/^#/ && NF >= 3 { print $3 }' "$VERSIONS_FILE" "$REFUSED_FILE"); do fetch_wheel "$spec"; done
 }
 
 # The versions file's 7th column for ENGINE@VERSION: the base venv's packages, space-separated.

@@ -9,6 +9,7 @@ import pytest
 
 from engine_versions import SMOKE_ONLY, in_smoke
 from recovery import make_usable
+from target_times import TargetTimes, label_targets
 from targets import DEDICATED_TARGETS, OPT_IN_TARGETS, TARGETS, Target
 from tiers import REAL_TARGETS, add_quick_option, group_by_target, mark_tiers, targets_of
 
@@ -54,6 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from tools.launcher.cpu import selected_profile
 
     selected_profile()[1].place_client()
+    config.pluginmanager.register(TargetTimes(), "engine-plugins-target-times")
 
 
 # First, so that -m sees the tier markers (tiers.py: real, fake, stub).
@@ -61,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_tiers(items)
     group_by_target(config, items)
+    label_targets(items)
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("target") in REAL_TARGETS:

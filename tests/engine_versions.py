@@ -1,5 +1,6 @@
-"""The supported engine releases (requirements/engine-versions.txt) and where their wheels are
-unpacked (scripts/setup-engines.sh wheels), for the static probe and the per-version targets."""
+"""The supported engine releases (requirements/engine-versions.txt), the refused ones the RL
+frameworks pin (requirements/engine-refused.txt), and where their wheels are unpacked
+(scripts/setup-engines.sh wheels), for the static probe and the per-version targets."""
 
 from __future__ import annotations
 
@@ -39,6 +40,40 @@ def _read() -> list[Release]:
 SUPPORTED: list[Release] = _read()
 
 
+@dataclass(frozen=True)
+class RefusedRelease:
+    """A release the plugin refuses at startup that an RL framework pins: its wheel is probed all
+    the same, so that what it lacks is checked, and it may have a patch."""
+
+    engine: str
+    version: str
+    wheel: str
+    frameworks: tuple[str, ...]
+    missing: int
+    """How many of the plugin's required names the static probe finds missing in its wheel."""
+    patched: bool
+    """Whether ``patches/`` has its patch (the engine's own routes fixed without the plugin)."""
+
+    def __str__(self) -> str:
+        return f"{self.engine}@{self.version}"
+
+
+def _read_refused() -> list[RefusedRelease]:
+    lines = (REPO / "requirements" / "engine-refused.txt").read_text().splitlines()
+    refused = []
+    for line in lines:
+        if line.strip() and not line.startswith("#"):
+            engine, version, wheel, frameworks, missing, patched = line.split()[:6]
+            refused.append(RefusedRelease(engine, version, wheel, tuple(frameworks.split(",")), int(missing),
+                                          patched == "patch"))
+    return refused
+
+
+REFUSED: list[RefusedRelease] = _read_refused()
+# Every release whose wheel the tests read: the supported ones and the refused ones.
+PROBED = [*SUPPORTED, *REFUSED]
+
+
 def wheels_dir() -> Path:
     """Where setup-engines.sh keeps the wheels (same rule as the script)."""
     override = os.environ.get("ENGINE_PLUGINS_WHEELS_DIR")
@@ -48,7 +83,7 @@ def wheels_dir() -> Path:
     return Path(cache) / "engine-plugins" / "wheels"
 
 
-def wheel_source(release: Release) -> Path:
+def wheel_source(release: Release | RefusedRelease) -> Path:
     """The unpacked .py files of *release*'s wheel."""
     dist = release.wheel.split("==")[0].replace("-", "_")
     return wheels_dir() / "src" / f"{dist}-{release.version}"

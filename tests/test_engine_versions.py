@@ -20,15 +20,15 @@ from engine_plugins.contract.errors import StartupError
 from engine_plugins.engines.sglang import facade as sglang_facade
 from engine_plugins.engines.sglang.manifest import MANIFEST as SGLANG
 from engine_plugins.engines.vllm.manifest import MANIFEST as VLLM
-from engine_versions import REPO, SUPPORTED, wheel_source
+from engine_versions import PROBED, REFUSED, REPO, SUPPORTED, wheel_source
 
 MANIFESTS = {"vllm": VLLM, "sglang": SGLANG}
 
 
 @pytest.fixture(scope="session")
 def wheels() -> None:
-    """Every supported release's wheel, downloaded and unpacked (idempotent)."""
-    if all((wheel_source(v) / ".unpacked").exists() for v in SUPPORTED):
+    """Every probed release's wheel (supported or refused), downloaded and unpacked (idempotent)."""
+    if all((wheel_source(v) / ".unpacked").exists() for v in PROBED):
         return  # the script would only wait for its lock to say so
     subprocess.run(["bash", str(REPO / "scripts" / "setup-engines.sh"), "wheels"], check=True,
                    stdin=subprocess.DEVNULL, capture_output=True)
@@ -73,6 +73,18 @@ def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     with pytest.raises(StartupError) as info:
         MANIFESTS[engine].check_version(version)
     assert f"{version} is not supported" in str(info.value) and MANIFESTS[engine].supported in str(info.value)
+
+
+@pytest.mark.parametrize("release", REFUSED, ids=str)
+def test_a_refused_release_a_framework_pins_is_refused_by_name_and_lacks_what_the_docs_count(wheels, release):
+    # The refusal at startup, and the reason: what the static probe finds missing in its wheel
+    # (docs/engine-notes.md lists the names; requirements/engine-refused.txt their count).
+    manifest = MANIFESTS[release.engine]
+    with pytest.raises(StartupError) as info:
+        manifest.check_version(release.version)
+    assert f"{release.version} is not supported" in str(info.value) and manifest.supported in str(info.value)
+    report = manifest.probe(SourceResolver(wheel_source(release)))
+    assert len(report.missing) == release.missing, report.missing
 
 
 # Every release's real server, and the fakes that follow a release.

@@ -13,15 +13,17 @@ import pytest
 from engine_plugins.engines import patching
 from tools import overlays
 from engine_plugins.cli import main
-from engine_versions import REPO, SUPPORTED, wheel_source
+from engine_versions import REFUSED, REPO, SUPPORTED, wheel_source
 
 PATCHES = patching.available_patches()  # the package's own (the repository's patches/ links to them)
+# Every supported release has a patch, and so has each refused release the versions file marks.
+PATCHED = [*SUPPORTED, *(r for r in REFUSED if r.patched)]
 
 
 @pytest.fixture(scope="session")
 def wheels() -> None:
-    """Every supported release's wheel, downloaded and unpacked (idempotent)."""
-    if all((wheel_source(v) / ".unpacked").exists() for v in SUPPORTED):
+    """Every patched release's wheel, downloaded and unpacked (idempotent)."""
+    if all((wheel_source(v) / ".unpacked").exists() for v in PATCHED):
         return
     subprocess.run(["bash", str(REPO / "scripts" / "setup-engines.sh"), "wheels"], check=True,
                    stdin=subprocess.DEVNULL, capture_output=True)
@@ -34,10 +36,10 @@ def _copy_patched_files(release, patch, tree):
 
 
 def test_every_supported_release_has_a_patch_and_every_patch_a_release():
-    assert sorted(PATCHES) == sorted((r.engine, r.version) for r in SUPPORTED)
+    assert sorted(PATCHES) == sorted((r.engine, r.version) for r in PATCHED)
 
 
-@pytest.mark.parametrize("release", SUPPORTED, ids=str)
+@pytest.mark.parametrize("release", PATCHED, ids=str)
 def test_the_patch_applies_to_its_release_exactly_and_compiles(wheels, release, tmp_path):
     patch = PATCHES[(release.engine, release.version)]
     files = patching.patched_files(patch)
@@ -52,7 +54,7 @@ def test_the_patch_applies_to_its_release_exactly_and_compiles(wheels, release, 
         py_compile.compile(str(tmp_path / rel), doraise=True)
 
 
-@pytest.mark.parametrize("release", SUPPORTED, ids=str)
+@pytest.mark.parametrize("release", PATCHED, ids=str)
 def test_the_header_says_what_why_what_it_mirrors_and_how_it_was_tested(release):
     text = PATCHES[(release.engine, release.version)].read_text()
     header = text[: text.index("\ndiff ")]
@@ -106,6 +108,16 @@ def test_the_patch_command_refuses_a_version_without_a_patch(wheels, tmp_path, m
     code, report = _cli(monkeypatch, capsys, site, "--check")
     assert code == 1
     assert "no patch for sglang 0.4.0" in report["error"] and "0.5.23" in report["error"]
+
+
+def test_a_post_release_takes_its_base_release_patch(wheels, tmp_path, monkeypatch, capsys):
+    # slime pins SGLang 0.5.15.post1, NeMo-RL 0.5.12.post1: their patched files are the base's.
+    release = next(r for r in PATCHED if (r.engine, r.version) == ("sglang", "0.5.15"))
+    site, patch = _fake_site(tmp_path, release)
+    info = next(site.glob("*.dist-info"))
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.15.post1\n")
+    code, report = _cli(monkeypatch, capsys, site, "--check")
+    assert (code, report["state"], report["version"], report["patch"]) == (0, "applies", "0.5.15.post1", str(patch))
 
 
 def test_the_patch_command_refuses_a_modified_install(wheels, tmp_path, monkeypatch, capsys):

@@ -103,13 +103,19 @@ def available_patches(patches_dir: Path = PATCHES_DIR) -> dict[tuple[str, str], 
 
 
 def patch_for(engine: str, version: str, patches_dir: Path = PATCHES_DIR) -> Path:
-    """The patch made for exactly *engine* *version*; a PatchError naming the versions there are."""
+    """The patch made for exactly *engine* *version* (for a ``.postN``, its base release's); a
+    PatchError naming the versions there are."""
     if not Path(patches_dir).is_dir():
         # The wheel ships the package only; the patches are in a checkout (or a copy of patches/).
         raise PatchError(f"no patches folder at {patches_dir}: give --patches-dir, the patches/ folder of an engine-plugins checkout")
     patches = available_patches(patches_dir)
     if (engine, version) in patches:
         return patches[(engine, version)]
+    # A post-release (slime pins SGLang 0.5.15.post1) takes its base release's patch: the check
+    # before applying is exact, so a post-release that changed a patched file is refused.
+    base = re.sub(r"\.post\d+$", "", version)
+    if (engine, base) in patches:
+        return patches[(engine, base)]
     versions = ", ".join(v for e, v in sorted(patches) if e == engine) or "none"
     raise PatchError(f"no patch for {engine} {version} in {patches_dir} (patches exist for {engine}: {versions}); "
                      f"the engine-plugins plugin supports more versions than the patches cover")
