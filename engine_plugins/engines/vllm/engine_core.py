@@ -19,6 +19,9 @@ logger = logging.getLogger("vllm." + __name__)
 REQUEST_COUNTS_UTILITY = "engine_plugins_request_counts"
 # The EngineCore utility that marks the scheduler's pause as the contract's (install_pause_hold).
 PAUSE_HOLD_UTILITY = "engine_plugins_hold_pause"
+# The EngineCore utilities that keep the weight version where vLLM keeps none (before 0.27:
+# install_weight_version).
+SET_VERSION_UTILITY, GET_VERSION_UTILITY = "engine_plugins_set_weight_version", "engine_plugins_get_weight_version"
 # vLLM 0.34's CheckpointState.RUNNING (a StrEnum): the only state a contract pause may begin in.
 CHECKPOINT_RUNNING = "running"
 
@@ -103,15 +106,43 @@ def install_checkpoint_guard(engine_core_cls: type) -> None:
     engine_core_cls.checkpoint_prepare = checkpoint_prepare
 
 
+def install_weight_version(engine_core_cls: type) -> None:
+    """Give ``EngineCore`` the :data:`SET_VERSION_UTILITY` and :data:`GET_VERSION_UTILITY`
+    utilities: the weight version, kept in the engine core as vLLM 0.27 on keeps its own
+    (``EngineCore._weight_version``, ``"default"`` at start).
+
+    In the engine core, not in an API process, because every API process of a server (with
+    ``--api-server-count`` or data parallelism) reaches the same engine cores: a process that
+    starts later, or asks after another process's bump, reads the one version. The facade uses
+    them only where ``AsyncLLM`` has no ``update_weight_version`` (vLLM before 0.27).
+
+    Idempotent, as :func:`install_request_counts`.
+    """
+    if getattr(engine_core_cls, SET_VERSION_UTILITY, None) is not None:
+        return
+
+    def engine_plugins_set_weight_version(self: Any, version: str) -> None:
+        """Set the weight version this engine core's new tokens are generated with."""
+        self._engine_plugins_weight_version = str(version)
+
+    def engine_plugins_get_weight_version(self: Any) -> str:
+        """The weight version last set (``"default"`` before any)."""
+        return getattr(self, "_engine_plugins_weight_version", "default")
+
+    setattr(engine_core_cls, SET_VERSION_UTILITY, engine_plugins_set_weight_version)
+    setattr(engine_core_cls, GET_VERSION_UTILITY, engine_plugins_get_weight_version)
+
+
 def _stay_paused() -> None:
     logger.info("engine_plugins: wake_up left the scheduler paused: the contract's pause holds it until /resume")
 
 
 def install_in_engine_core() -> None:
     """The general plugin's utilities on vLLM's own ``EngineCore``: :func:`install_request_counts`,
-    :func:`install_pause_hold` and :func:`install_checkpoint_guard`."""
+    :func:`install_pause_hold`, :func:`install_weight_version` and :func:`install_checkpoint_guard`."""
     from vllm.v1.engine.core import EngineCore, EngineCoreProc
 
     install_request_counts(EngineCore)
     install_pause_hold(EngineCore)
+    install_weight_version(EngineCore)
     install_checkpoint_guard(EngineCoreProc)

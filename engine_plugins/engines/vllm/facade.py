@@ -33,9 +33,17 @@ from engine_plugins.core.model_limits import ModelLimits
 from engine_plugins.contract.schema import SamplingParams as ContractSampling
 from engine_plugins.contract.schema import WeightVersionSpan
 from engine_plugins.core.seam import Generation
-from engine_plugins.engines.vllm.engine_core import PAUSE_HOLD_UTILITY, REQUEST_COUNTS_UTILITY
+from engine_plugins.engines.vllm.engine_core import (
+    GET_VERSION_UTILITY,
+    PAUSE_HOLD_UTILITY,
+    REQUEST_COUNTS_UTILITY,
+    SET_VERSION_UTILITY,
+)
 from engine_plugins.engines.vllm.manifest import (
+    CLIENT_ERROR,
     ENGINE_CLIENT_ATTRIBUTES,
+    ENGINE_CLIENT_VERSION_ATTRIBUTES,
+    ENGINE_WEIGHT_VERSION,
     INPUTS_MODULE,
     MANIFEST,
     NATIVE_SPANS,
@@ -66,7 +74,13 @@ class VllmNames:
     final_only: Any
     """``RequestOutputKind.FINAL_ONLY``: one cumulative output at the end."""
     client_errors: tuple[type[BaseException], ...]
-    """Errors that mean the request was bad (``VLLMClientError``, ``ValueError``)."""
+    """Errors that mean the request was bad (``VLLMClientError``, ``ValueError``; before 0.27,
+    which has no ``VLLMClientError``, ``ValueError`` and ``VLLMNotFoundError``)."""
+    engine_weight_version: bool = True
+    """``AsyncLLM.update_weight_version`` and ``get_weight_version`` exist (0.27 on); else the
+    plugin's engine-core utilities keep the version (:func:`~.engine_core.install_weight_version`)."""
+    client_error: bool = True
+    """``VLLMClientError`` exists (0.27 on): only for the startup log's list of shims."""
     native_spans: bool = True
     """``CompletionOutput.weight_versions`` exists (0.32 on); else the plugin counts spans."""
     utility_all: bool = True
@@ -83,7 +97,8 @@ class VllmNames:
 
     def shims(self) -> list[str]:
         """The shims in force for this vLLM, in words (for the startup log)."""
-        report = ProbeReport(features={NATIVE_SPANS: self.native_spans, UTILITY_ALL: self.utility_all,
+        report = ProbeReport(features={ENGINE_WEIGHT_VERSION: self.engine_weight_version, CLIENT_ERROR: self.client_error,
+                                       NATIVE_SPANS: self.native_spans, UTILITY_ALL: self.utility_all,
                                        REJECTS_WHILE_PAUSED: bool(self.paused_errors),
                                        PROCESS_CHECKPOINT: self.process_checkpoint})
         return MANIFEST.shims(report)
@@ -104,7 +119,6 @@ def load_names() -> VllmNames:
     try:
         import vllm
         from vllm import exceptions as vllm_exceptions
-        from vllm.exceptions import VLLMClientError
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind, SamplingParams
     except ImportError as exc:
@@ -114,12 +128,20 @@ def load_names() -> VllmNames:
     if report.missing:
         raise MANIFEST.missing_error(version, report.missing)
     rejects = report.features[REJECTS_WHILE_PAUSED]
+    if report.features[CLIENT_ERROR]:
+        client_errors: tuple[type[BaseException], ...] = (vllm_exceptions.VLLMClientError, ValueError)
+    else:
+        # Before 0.27 the request's errors are ValueErrors (VLLMValidationError and
+        # VLLMUnprocessableEntityError subclass it), and VLLMNotFoundError (an unknown LoRA).
+        client_errors = (ValueError, vllm_exceptions.VLLMNotFoundError)
     names = VllmNames(
         version=version,
         TokensPrompt=TokensPrompt,
         SamplingParams=SamplingParams,
         final_only=RequestOutputKind.FINAL_ONLY,
-        client_errors=(VLLMClientError, ValueError),
+        client_errors=client_errors,
+        engine_weight_version=report.features[ENGINE_WEIGHT_VERSION],
+        client_error=report.features[CLIENT_ERROR],
         native_spans=report.features[NATIVE_SPANS],
         utility_all=report.features[UTILITY_ALL],
         paused_errors=(vllm_exceptions.RetryableRequestError,) if rejects else (),
@@ -144,7 +166,8 @@ class VllmEngine:
     """
 
     def __init__(self, names: VllmNames, llm: Any) -> None:
-        missing = missing_attributes(llm, ENGINE_CLIENT_ATTRIBUTES)
+        wanted = ENGINE_CLIENT_ATTRIBUTES + (ENGINE_CLIENT_VERSION_ATTRIBUTES if names.engine_weight_version else ())
+        missing = missing_attributes(llm, wanted)
         if missing:
             raise MANIFEST.missing_on_instance(f"the engine client ({type(llm).__name__})", names.version, missing)
         self.names = names
@@ -329,12 +352,18 @@ class VllmEngine:
         self.pause_held = False
 
     async def update_weight_version(self, version: str) -> None:
-        """``AsyncLLM.update_weight_version``: later tokens carry *version*; nothing is aborted."""
+        """``AsyncLLM.update_weight_version`` (the tracked one, once :meth:`wrap_entry_points`
+        has run; before vLLM 0.27 the plugin's own): later tokens carry *version*; nothing is aborted."""
         token = _CONTRACT_SETS_VERSION.set(True)
         try:
             await self.llm.update_weight_version(version)
         finally:
             _CONTRACT_SETS_VERSION.reset(token)
+
+    async def _set_version_on_cores(self, new_version: str) -> None:
+        """The plugin weight version (vLLM before 0.27): *new_version* in every engine core,
+        where every API process of the server reads it."""
+        await self._on_every_core(SET_VERSION_UTILITY, new_version)
 
     def learn_weight_version(self, version: str) -> None:
         """The engine core's version, set through another engine client (API process) of it:
@@ -342,8 +371,12 @@ class VllmEngine:
         self._version = version
 
     async def get_weight_version(self) -> str:
-        """The version the engine core stamps on new tokens."""
-        version = await self.llm.get_weight_version()
+        """The version the engine core stamps on new tokens (before vLLM 0.27: the one the
+        plugin keeps there, the same in every engine core)."""
+        if self.names.engine_weight_version:
+            version = await self.llm.get_weight_version()
+        else:
+            version = (await self._on_every_core(GET_VERSION_UTILITY))[0]
         self._version = version
         return version
 
@@ -369,7 +402,10 @@ class VllmEngine:
         """
         llm = self.llm
         core = llm.engine_core
-        original_generate, original_add, original_update = llm.generate, core.add_request_async, llm.update_weight_version
+        original_generate, original_add = llm.generate, core.add_request_async
+        # Before vLLM 0.27 the engine client has no update_weight_version: the tracked one is
+        # the only one, over the plugin's engine-core utilities (no vLLM route sets a version there).
+        original_update = llm.update_weight_version if self.names.engine_weight_version else self._set_version_on_cores
         original_rpc = getattr(llm, "collective_rpc", None)  # an engine's fake may have none
         processor = llm.output_processor
         original_process = processor.process_outputs

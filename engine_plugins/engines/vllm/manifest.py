@@ -13,7 +13,7 @@ from engine_plugins.engines.engine_manifest import EngineManifest
 from engine_plugins.engines.probe import EngineName, Feature
 
 # The vLLM releases the plugin supports (every 0.34.x included).
-LOWEST_VERSION, HIGHEST_VERSION = "0.27", "0.34"
+LOWEST_VERSION, HIGHEST_VERSION = "0.26", "0.34"
 
 # What the plugin uses on the engine client (an AsyncLLM) instance, checked by the facade's
 # VllmEngine when vLLM hands it over: the instance attributes the class cannot show.
@@ -21,8 +21,6 @@ ENGINE_CLIENT_ATTRIBUTES = (
     "generate",
     "pause_generation",
     "resume_generation",
-    "update_weight_version",
-    "get_weight_version",
     "errored",
     "model_config.get_vocab_size",
     "model_config.max_model_len",
@@ -32,6 +30,8 @@ ENGINE_CLIENT_ATTRIBUTES = (
     "engine_core.abort_requests_async",
     "engine_core.call_utility_async",
 )
+# Checked besides where the engine keeps the weight version (ENGINE_WEIGHT_VERSION, 0.27 on).
+ENGINE_CLIENT_VERSION_ATTRIBUTES = ("update_weight_version", "get_weight_version")
 # The keyword arguments the plugin gives SamplingParams.
 SAMPLING_FIELDS = (
     "max_tokens", "temperature", "top_p", "top_k", "stop_token_ids", "ignore_eos", "seed", "logprobs",
@@ -47,7 +47,6 @@ def _n(module: str, name: str, *params: str, on_self: bool = False) -> EngineNam
 
 
 REQUIRED_NAMES: tuple[EngineName, ...] = (
-    _n("exceptions", "VLLMClientError"),
     _n("inputs", "TokensPrompt"),
     _n("sampling_params", "RequestOutputKind.FINAL_ONLY"),
     *(_n("sampling_params", f"SamplingParams.{f}") for f in SAMPLING_FIELDS),
@@ -61,8 +60,6 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("v1.engine.async_llm", "AsyncLLM.generate", "prompt", "sampling_params", "request_id"),
     _n("v1.engine.async_llm", "AsyncLLM.pause_generation", "mode", "clear_cache"),
     _n("v1.engine.async_llm", "AsyncLLM.resume_generation"),
-    _n("v1.engine.async_llm", "AsyncLLM.update_weight_version", "new_version"),
-    _n("v1.engine.async_llm", "AsyncLLM.get_weight_version"),
     _n("v1.engine.async_llm", "AsyncLLM.collective_rpc", "method", "timeout", "args", "kwargs"),
     _n("v1.engine.async_llm", "AsyncLLM.errored"),
     _n("v1.engine.async_llm", "AsyncLLM.model_config", on_self=True),
@@ -89,7 +86,14 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
 # What differs between the supported releases, each covered by a shim (docs/engine-notes.md).
 NATIVE_SPANS, UTILITY_ALL, REJECTS_WHILE_PAUSED = "native_spans", "utility_all", "rejects_while_paused"
 PROCESS_CHECKPOINT = "process_checkpoint"
+ENGINE_WEIGHT_VERSION, CLIENT_ERROR = "engine_weight_version", "client_error"
 FEATURES: tuple[Feature, ...] = (
+    # 0.27 on keeps the version in the engine core (AsyncLLM.update_weight_version and
+    # get_weight_version come together); before, the plugin's own engine-core utilities keep it.
+    Feature(ENGINE_WEIGHT_VERSION, _n("v1.engine.async_llm", "AsyncLLM.update_weight_version", "new_version"),
+            "plugin weight version: kept in each engine core by the plugin's utilities"),
+    Feature(CLIENT_ERROR, _n("exceptions", "VLLMClientError"),
+            "client errors: ValueError and VLLMNotFoundError stand in for VLLMClientError"),
     Feature(NATIVE_SPANS, _n("outputs", "CompletionOutput.weight_versions"),
             "weight-version spans: counted by the plugin from the engine core's outputs"),
     Feature(UTILITY_ALL, _n("v1.engine.core_client", "AsyncMPClient.call_utility_all_async", "method"),
@@ -104,8 +108,10 @@ FEATURES: tuple[Feature, ...] = (
 )
 
 
-def _release(spans_and_utility_all: bool, rejects: bool = False, checkpoint: bool = False) -> dict[str, bool]:
-    return {NATIVE_SPANS: spans_and_utility_all, UTILITY_ALL: spans_and_utility_all,
+def _release(spans_and_utility_all: bool, rejects: bool = False, checkpoint: bool = False,
+             engine_version: bool = True) -> dict[str, bool]:
+    return {ENGINE_WEIGHT_VERSION: engine_version, CLIENT_ERROR: engine_version,
+            NATIVE_SPANS: spans_and_utility_all, UTILITY_ALL: spans_and_utility_all,
             REJECTS_WHILE_PAUSED: rejects, PROCESS_CHECKPOINT: checkpoint}
 
 
@@ -117,6 +123,7 @@ MANIFEST = EngineManifest(
     required=REQUIRED_NAMES,
     features=FEATURES,
     releases={
+        "0.26.0": _release(False, engine_version=False),
         **{version: _release(False) for version in ("0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0")},
         "0.32.0": _release(True),
         "0.33.0": _release(True, rejects=True),

@@ -44,6 +44,10 @@ prepare is not modelled.
 version on its outputs, so no spans come back (their ``CompletionOutput`` has no
 ``weight_versions``: outputs.py:33-66), and the client has no ``call_utility_all_async``, only
 ``_call_utility_async(method, engine=)`` per ``core_engines`` (v1/engine/core_client.py:1242, 723).
+
+:class:`AsyncLLM026` follows vLLM 0.26: 0.31's, without any weight version (no
+``update_weight_version``, ``get_weight_version``; the plugin keeps the version in the engine
+core with its own utilities) and without ``VLLMClientError`` (:class:`FakeNotFoundError`).
 """
 
 from __future__ import annotations
@@ -886,3 +890,34 @@ class AsyncLLM:
 
     async def checkpoint_state(self) -> tuple[CheckpointState, Optional[str]]:
         return await self.engine_core.call_utility_async("checkpoint_state")
+
+
+class FakeNotFoundError(Exception):
+    """Stands for vLLM 0.26's ``VLLMNotFoundError`` (exceptions.py:39), not yet a ``VLLMClientError``."""
+
+
+class _Absent:
+    """A method the release lacks: reading it raises AttributeError, as on that release's class.
+    A non-data descriptor, so an instance attribute of the same name (the plugin's) still wins."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: Optional[type] = None) -> Any:
+        raise AttributeError(f"'{(owner or type(obj)).__name__}' object has no attribute '{self.name}'")
+
+
+class AsyncLLM026(AsyncLLM):
+    """vLLM 0.26.0's ``AsyncLLM``: 0.31's (``stamp_versions=False``, no ``call_utility_all_async``
+    in the plugin's use) without a weight version (no ``update_weight_version`` or
+    ``get_weight_version``: the engine core keeps none before 0.27), and a
+    ``finish_weight_update`` without ``weight_version`` (v1/engine/async_llm.py:1093-1100)."""
+
+    update_weight_version = _Absent()
+    get_weight_version = _Absent()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(stamp_versions=False, **kwargs)
+
+    async def finish_weight_update(self) -> None:  # type: ignore[override]
+        await self.engine_core.call_utility_async("finish_weight_update")

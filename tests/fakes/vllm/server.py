@@ -49,22 +49,28 @@ GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
 logger = logging.getLogger(__name__)
 
 
-def fake_names(pause_rejects_new: bool = False, like_031: bool = False, like_034: bool = False) -> VllmNames:
+def fake_names(pause_rejects_new: bool = False, like_031: bool = False, like_034: bool = False,
+               like_026: bool = False) -> VllmNames:
     """The fake's stand-ins for the vLLM names the plugin imports, checked as vLLM's are (against
     the plugin's manifest); with
     *pause_rejects_new*, those of vLLM 0.33 (its paused engine core's rejection); with
     *like_031*, those of vLLM 0.31 (no spans, no call_utility_all_async); with *like_034*, 0.34's
-    (0.33's, and the process checkpoint)."""
-    version = "0.34.0" if like_034 else "0.33.0" if pause_rejects_new else "0.31.0" if like_031 else "0.32.0"
+    (0.33's, and the process checkpoint); with *like_026*, 0.26's (0.31's, without the engine's
+    weight version and VLLMClientError)."""
+    like_031 = like_031 or like_026
+    version = ("0.34.0" if like_034 else "0.33.0" if pause_rejects_new else "0.26.0" if like_026
+               else "0.31.0" if like_031 else "0.32.0")
     names = VllmNames(
         version=f"{version}+fake",
+        engine_weight_version=not like_026,
+        client_error=not like_026,
         native_spans=not like_031,
         utility_all=not like_031,
         paused_errors=(fake.RetryableRequestError,) if pause_rejects_new else (),
         TokensPrompt=fake.TokensPrompt,
         SamplingParams=fake.SamplingParams,
         final_only=fake.RequestOutputKind.FINAL_ONLY,
-        client_errors=(fake.FakeValidationError, ValueError),
+        client_errors=(ValueError, fake.FakeNotFoundError) if like_026 else (fake.FakeValidationError, ValueError),
         status_errors=(fake.GracefulHTTPError,),
         process_checkpoint=like_034,
     )
@@ -76,14 +82,16 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
     """The fake vLLM server app: native routes, the plugin (unless *plugin* is false), the
     middleware; the engine starts with the app."""
     like_031, like_034 = getattr(args, "like_031", False), getattr(args, "like_034", False)
+    like_026 = getattr(args, "like_026", False)
     rejects = getattr(args, "pause_rejects_new", False) or like_034
-    llm = llm or fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031, checkpoints=like_034)
-    endpoint_plugin = VllmEndpointPlugin(load_names=lambda: fake_names(rejects, like_031, like_034)) if plugin else None
+    llm = llm or _make_llm(args, step_s=args.step_s)
+    endpoint_plugin = VllmEndpointPlugin(load_names=lambda: fake_names(rejects, like_031, like_034, like_026)) if plugin else None
     if plugin and getattr(args, "general_plugin", True):
         # What the general plugin does in the engine-core process (plugin.general_plugin).
         engine_core.install_request_counts(fake.EngineCore)
         engine_core.install_pause_hold(fake.EngineCore)
         engine_core.install_checkpoint_guard(fake.EngineCore)
+        engine_core.install_weight_version(fake.EngineCore)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -98,7 +106,7 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
 
     app = FastAPI(lifespan=lifespan)
     app.state.engine_client = llm
-    _native_routes(app, llm, dev_mode)
+    _native_routes(app, llm, dev_mode, engine_version=not like_026)
 
     @app.get("/fake/engine_calls")
     async def engine_calls() -> dict:
@@ -118,7 +126,17 @@ def create_app(args: Namespace, llm: Optional[fake.AsyncLLM] = None, dev_mode: b
     return app
 
 
-def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
+def _make_llm(args: Namespace, **kwargs: Any) -> fake.AsyncLLM:
+    """The fake AsyncLLM of the release *args* name (``--like-0.26``, ``--like-0.31``, ``--like-0.34``)."""
+    like_034 = getattr(args, "like_034", False)
+    rejects = getattr(args, "pause_rejects_new", False) or like_034
+    if getattr(args, "like_026", False):
+        return fake.AsyncLLM026(pause_rejects_new=rejects, **kwargs)
+    return fake.AsyncLLM(pause_rejects_new=rejects, stamp_versions=not getattr(args, "like_031", False),
+                         checkpoints=like_034, **kwargs)
+
+
+def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool, engine_version: bool = True) -> None:
     calls: list[tuple[str, Any]] = []
 
     @app.get("/health")
@@ -234,16 +252,8 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
     async def is_paused() -> JSONResponse:
         return JSONResponse({"is_paused": await llm.is_paused()})
 
-    @app.post("/update_weight_version")
-    async def update_weight_version(request: Request) -> JSONResponse:
-        body = await request.json()
-        calls.append(("/update_weight_version", body))
-        await llm.update_weight_version(body["new_version"])
-        return JSONResponse({"success": True, "new_version": body["new_version"]})
-
-    @app.get("/weight_info")
-    async def weight_info() -> JSONResponse:
-        return JSONResponse({"weight_version": await llm.get_weight_version()})
+    if engine_version:
+        _version_routes(app, llm, calls)
 
     # Dev mode's sleep routes (serve/dev/sleep/api_router.py:26-60) and the weight-transfer finish
     # (entrypoints/rl/online/api_router.py), as far as the fake has them.
@@ -261,8 +271,26 @@ def _native_routes(app: FastAPI, llm: fake.AsyncLLM, dev_mode: bool) -> None:
     @app.post("/finish_weight_update")
     async def finish_weight_update(request: Request) -> JSONResponse:
         body = await request.json() if await request.body() else {}
-        await llm.finish_weight_update(body.get("weight_version"))
+        if engine_version:
+            await llm.finish_weight_update(body.get("weight_version"))
+        else:  # 0.26: no weight_version (serve/dev/rlhf/api_router.py:205-208)
+            await llm.finish_weight_update()
         return JSONResponse({"message": "Weight update finished"})
+
+
+def _version_routes(app: FastAPI, llm: fake.AsyncLLM, calls: list) -> None:
+    """vLLM's dev-mode weight-version routes (0.27 on; 0.26 has neither)."""
+
+    @app.post("/update_weight_version")
+    async def update_weight_version(request: Request) -> JSONResponse:
+        body = await request.json()
+        calls.append(("/update_weight_version", body))
+        await llm.update_weight_version(body["new_version"])
+        return JSONResponse({"success": True, "new_version": body["new_version"]})
+
+    @app.get("/weight_info")
+    async def weight_info() -> JSONResponse:
+        return JSONResponse({"weight_version": await llm.get_weight_version()})
 
 
 def _checkpoint_routes(app: FastAPI, llm: fake.AsyncLLM) -> None:
@@ -414,6 +442,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="vLLM 0.33's pause: abort mode rejects new requests (503 engine_paused) until resume")
     parser.add_argument("--like-0.31", dest="like_031", action="store_true",
                         help="vLLM 0.30/0.31: no weight-version spans from the engine, no call_utility_all_async")
+    parser.add_argument("--like-0.26", dest="like_026", action="store_true",
+                        help="vLLM 0.26: 0.31's, without the engine's weight version and VLLMClientError")
     parser.add_argument("--like-0.34", dest="like_034", action="store_true",
                         help="vLLM 0.34: 0.33's pause, the process checkpoint, EngineFaultedError")
     parser.add_argument("--enable-sleep-mode", action="store_true",
@@ -438,10 +468,8 @@ async def _serve_front_ends(args: Namespace, count: int) -> None:
 
     vLLM runs each front end in a process of its own; here they share one, which the plugin
     cannot tell apart: they still reach each other only through their peer sockets."""
-    rejects, like_031, like_034 = args.pause_rejects_new or args.like_034, args.like_031, args.like_034
-    first = fake.AsyncLLM(step_s=args.step_s, pause_rejects_new=rejects, stamp_versions=not like_031, checkpoints=like_034)
-    llms = [first] + [fake.AsyncLLM(pause_rejects_new=rejects, stamp_versions=not like_031, core=first.engine_core.core,
-                                    client_index=i) for i in range(1, count)]
+    first = _make_llm(args, step_s=args.step_s)
+    llms = [first] + [_make_llm(args, core=first.engine_core.core, client_index=i) for i in range(1, count)]
     # vLLM's parent process hands its API processes their link (plugin.general_plugin); here
     # the front ends' parent, as they see it, is the process that started this one.
     peers.hand_out(os.getppid())
