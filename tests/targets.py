@@ -116,6 +116,9 @@ OPT_IN_TARGETS: set[str] = set(OPT_IN_VERSION_TARGETS)
 # Targets only the tests that name them (@pytest.mark.targets) run on: the weight-swap tests'
 # servers of their own, which the contract suite as a whole need not run on again.
 DEDICATED_TARGETS: set[str] = set()
+# The fakes that follow a release other than the pinned one: the soaks and the fuzz run a share of
+# their rounds there (tiers.rounds).
+RELEASE_FAKES: set[str] = set()
 
 # Each engine adds its targets in a module of its own, tests/targets_<engine>.py, defining TARGETS.
 for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
@@ -124,6 +127,7 @@ for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
     REAL_TARGETS.update(getattr(_targets, "REAL_TARGETS", ()))
     OPT_IN_TARGETS |= getattr(_targets, "OPT_IN_TARGETS", set())
     DEDICATED_TARGETS |= getattr(_targets, "DEDICATED_TARGETS", set())
+    RELEASE_FAKES |= getattr(_targets, "RELEASE_FAKES", set())
 
 # The targets whose engine has routes of its own (every one but the stub), for the tests of what
 # only real engines do; the dedicated weight-swap servers are left to the tests that name them.

@@ -111,6 +111,7 @@ TARGETS = {
 # The real servers among them (targets.py: fewer, longer rounds; setup reruns).
 REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights"}
 DEDICATED_TARGETS = {"sglang-weights"}
+RELEASE_FAKES = {"sglang-0.5.19-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub"}
 # Every other release with a CPU build: the smoke subset (engine_versions.SMOKE).
 for _release in SUPPORTED:
     if _release.engine == "sglang" and _release.tested == "real":

@@ -88,6 +88,7 @@ TARGETS = {
 OPT_IN_TARGETS = {"vllm-dp2"}
 REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights"}
 DEDICATED_TARGETS = {"vllm-weights"}
+RELEASE_FAKES = {"vllm-0.34-stub", "vllm-0.26-stub", "vllm-0.26-stub-api3", "vllm-0.31-stub"}
 for _release in SUPPORTED:
     if _release.engine == "vllm" and _release.tested == "real":
         TARGETS[str(_release)] = lambda tmp, v=_release.version: real_vllm_server(

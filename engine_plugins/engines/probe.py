@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -113,8 +114,13 @@ def _params_in(obj: Any, name: EngineName) -> Optional[list[str]]:
     """*name*'s parameters (see :class:`Resolver`), looked up from *obj*, its module."""
     parts = name.name.split(".")
     if name.on_self:
-        # Instance attributes are checked on the instance; here only the class must exist.
-        parts = parts[:-1]
+        # Instance attributes are checked on the instance too; here the class must exist and, where
+        # its source can be read, some method of it or of a base must assign the attribute (as the
+        # static probe reads it), so that a feature can be probed on one.
+        cls = _params_in(obj, EngineName(name.module, ".".join(parts[:-1])))
+        if cls is None:
+            return None
+        return [] if _may_assign_on_self(_resolve(obj, parts[:-1]), parts[-1]) else None
     for part in parts:
         if part in getattr(obj, "__struct_fields__", ()) or part in getattr(obj, "__dataclass_fields__", {}):
             return []  # a struct or dataclass field without a class-level default
@@ -211,6 +217,30 @@ def _find(tree: ast.Module, scope: list[ast.stmt], name: str) -> Optional[ast.AS
     return None
 
 
+
+
+def _resolve(obj: Any, parts: list[str]) -> Any:
+    """``obj.<parts...>``."""
+    for part in parts:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _may_assign_on_self(cls: Any, attr: str) -> bool:
+    """Whether instances of *cls* may have *attr*: a class attribute or field, an assignment of
+    ``self.<attr>`` in the source of *cls* or a base, or a class whose source cannot be read."""
+    if not isinstance(cls, type) or hasattr(cls, attr) or attr in getattr(cls, "__dataclass_fields__", {}):
+        return True
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))  # a class nested in a function is indented
+        except (OSError, TypeError, SyntaxError):
+            return True  # no source to read (a compiled class): the instance check decides
+        if _assigns_on_self(tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else tree.body, attr):
+            return True
+    return False
 
 
 def _assigns_on_self(scope: list[ast.stmt], attr: str) -> bool:

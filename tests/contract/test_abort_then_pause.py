@@ -21,7 +21,7 @@ TIMEOUT_S = 20
 
 @pytest.mark.parametrize("gap_s", [0.0, 0.001, 0.003])
 async def test_a_keep_pause_right_behind_an_abort_with_wait_does_not_hold_the_aborted_request(target, gap_s, pytestconfig):
-    rounds = quick_rounds(pytestconfig, 3 if target.real else 20)
+    rounds = quick_rounds(pytestconfig, 3 if target.real else 20, target.name)
     async with Api(target) as api:
         await api.warm(4)
         for i in range(rounds):

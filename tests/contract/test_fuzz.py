@@ -476,7 +476,7 @@ def test_fuzzed_requests_never_fail_the_server_nor_the_generation_running(target
             wait_in_flight(http, 1)
 
             @settings(
-                max_examples=rounds(pytestconfig, EXAMPLES["real" if real else "fast"]),
+                max_examples=rounds(pytestconfig, EXAMPLES["real" if real else "fast"], target.name),
                 deadline=None,
                 database=None,
                 print_blob=True,
