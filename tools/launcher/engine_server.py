@@ -217,7 +217,8 @@ class EngineServer:
         self.engine = engine
         self.repo_root = Path(repo_root).resolve()
         self.paths = engine_paths(engine, version)
-        self.port = port if port is not None else free_loopback_port()
+        # SGLang 0.5.15 derives a gRPC port, port + 10000, and refuses to start past 65535.
+        self.port = port if port is not None else free_loopback_port(55535 if engine == "sglang" else 65535)
         self.api_key = api_key
         self.env = dict(env or {})
         self.extra_args = list(extra_args)

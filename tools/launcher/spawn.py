@@ -59,11 +59,16 @@ class StartError(RuntimeError):
     """The server exited or never became ready; the message ends with its log tail."""
 
 
-def free_loopback_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+def free_loopback_port(highest: int = 65535) -> int:
+    """A TCP port no higher than *highest* that was free on 127.0.0.1 a moment ago (the OS picks
+    it; picked again while it is higher)."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((LOOPBACK, 0))
+            port = sock.getsockname()[1]
+        if port <= highest:
+            return port
+    raise RuntimeError(f"no free loopback port at or below {highest}")
 
 
 def shown_command(command: Sequence[str]) -> list[str]:
