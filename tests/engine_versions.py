@@ -27,17 +27,17 @@ class Release:
         return f"{self.engine}@{self.version}"
 
 
-def _read() -> list[Release]:
-    lines = (REPO / "requirements" / "engine-versions.txt").read_text().splitlines()
-    releases = []
-    for line in lines:
-        if line.strip() and not line.startswith("#"):
-            engine, version, wheel, tested, frameworks = line.split()[:5]
-            releases.append(Release(engine, version, wheel, tested, tuple(f for f in frameworks.split(",") if f != "-")))
-    return releases
+def _rows(name: str) -> list[list[str]]:
+    """The whitespace-separated columns of each line of ``requirements/<name>`` (comments and
+    blank lines left out)."""
+    lines = (REPO / "requirements" / name).read_text().splitlines()
+    return [line.split() for line in lines if line.strip() and not line.startswith("#")]
 
 
-SUPPORTED: list[Release] = _read()
+SUPPORTED: list[Release] = [
+    Release(engine, version, wheel, tested, tuple(f for f in frameworks.split(",") if f != "-"))
+    for engine, version, wheel, tested, frameworks, *_ in _rows("engine-versions.txt")
+]
 
 
 @dataclass(frozen=True)
@@ -58,18 +58,10 @@ class RefusedRelease:
         return f"{self.engine}@{self.version}"
 
 
-def _read_refused() -> list[RefusedRelease]:
-    lines = (REPO / "requirements" / "engine-refused.txt").read_text().splitlines()
-    refused = []
-    for line in lines:
-        if line.strip() and not line.startswith("#"):
-            engine, version, wheel, frameworks, missing, patched = line.split()[:6]
-            refused.append(RefusedRelease(engine, version, wheel, tuple(frameworks.split(",")), int(missing),
-                                          patched == "patch"))
-    return refused
-
-
-REFUSED: list[RefusedRelease] = _read_refused()
+REFUSED: list[RefusedRelease] = [
+    RefusedRelease(engine, version, wheel, tuple(frameworks.split(",")), int(missing), patched == "patch")
+    for engine, version, wheel, frameworks, missing, patched, *_ in _rows("engine-refused.txt")
+]
 # Every release whose wheel the tests read: the supported ones and the refused ones.
 PROBED = [*SUPPORTED, *REFUSED]
 
