@@ -17,6 +17,7 @@ no engine; :mod:`engine_plugins.engines.engine_manifest` applies :func:`check` t
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import textwrap
@@ -234,26 +235,41 @@ def _may_assign_on_self(cls: Any, attr: str) -> bool:
     for klass in cls.__mro__:
         if klass is object:
             continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))  # a class nested in a function is indented
-        except (OSError, TypeError, SyntaxError):
+        assigned = _assigned_on_self(klass)
+        if assigned is None:
             return True  # no source to read (a compiled class): the instance check decides
-        if _assigns_on_self(tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else tree.body, attr):
+        if attr in assigned:
             return True
     return False
 
 
-def _assigns_on_self(scope: list[ast.stmt], attr: str) -> bool:
-    """Whether some method in *scope* assigns ``self.<attr>``."""
+@functools.lru_cache(maxsize=None)
+def _assigned_on_self(klass: type) -> Optional[frozenset[str]]:
+    """Every ``self.<name>`` a method of *klass* (its own source) assigns, parsed once per class;
+    None where its source cannot be read."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))  # a class nested in a function is indented
+    except (OSError, TypeError, SyntaxError):
+        return None
+    return _self_assignments(tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else tree.body)
+
+
+def _self_assignments(scope: list[ast.stmt]) -> frozenset[str]:
+    """Every ``self.<name>`` some method in *scope* assigns."""
+    names: set[str] = set()
     for node in scope:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for sub in ast.walk(node):
                 targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target] if isinstance(sub, ast.AnnAssign) else []
                 for t in targets:
-                    for n in ast.walk(t):
-                        if isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name) and n.value.id == "self":
-                            return True
-    return False
+                    names.update(n.attr for n in ast.walk(t)
+                                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self")
+    return frozenset(names)
+
+
+def _assigns_on_self(scope: list[ast.stmt], attr: str) -> bool:
+    """Whether some method in *scope* assigns ``self.<attr>``."""
+    return attr in _self_assignments(scope)
 
 
 def check(resolver: Resolver, required: Sequence[EngineName], features: Sequence[Feature]) -> ProbeReport:
