@@ -376,7 +376,8 @@ class VllmEngine:
         if self.names.engine_weight_version:
             version = await self.llm.get_weight_version()
         else:
-            version = (await self._on_every_core(GET_VERSION_UTILITY))[0]
+            # Set on every engine core together: one of them answers for all.
+            version = await self.llm.engine_core.call_utility_async(GET_VERSION_UTILITY)
         self._version = version
         return version
 
