@@ -21,16 +21,21 @@ async def test_a_rollout_survives_a_pause_and_continues_with_the_new_version(stu
         tasks = [asyncio.create_task(run_rollout(r, [server], request_id=f"ro-{i}", on_attempt=lambda r, a: cancels.append(a)))
                  for i, r in enumerate(rollouts)]
         await wait_in_flight(server, 3)
+        # Dispatched is not yet decoded: the stub's first token comes a step (4 ms) later, and a
+        # loaded machine can pause them before it (a fresh-machine run once did). Give them 25 steps.
+        await asyncio.sleep(0.1)
         await server.pause("abort")
         await wait_until("every rollout cancelled", lambda: _true(len(cancels) >= 3))
         salvaged = [len(r.output_ids) for r in rollouts]
         await server.update_weight_version("ro-v2")
         await server.resume()
         await asyncio.gather(*tasks)
+    assert any(salvaged), "no rollout had a token when the pause cancelled it"
     for r, n in zip(rollouts, salvaged):
         assert r.finish_reason == "length" and len(r.output_ids) == 600 == len(r.output_logprobs) == len(r.token_versions)
-        assert 0 < n < 600
-        assert r.version_spans() == [{"version": old, "start": 0, "end": n}, {"version": "ro-v2", "start": n, "end": 600}]
+        assert n < 600
+        before = [{"version": old, "start": 0, "end": n}] if n else []
+        assert r.version_spans() == [*before, {"version": "ro-v2", "start": n, "end": 600}]
         assert r.cancels == 1 and len(r.attempts) == 2 and r.attempts[1].request_id.endswith("-1")
 
 
