@@ -44,7 +44,10 @@ step() {
   STEPS+=("$(printf '%-14s %6s s   disk used so far %s' "$name" "$seconds" "$disk")")
   if (( rc != 0 )); then
     tail -40 "$WORK/$name.log" >&2
-    log "FAILED: $name (exit $rc): \`$*\` in $WORK/clone; its last lines are above"
+    # The work folder goes at exit; the failed step's whole log stays for the reader.
+    local kept="${TMPDIR:-/tmp}/fresh-machine-check-$name.log"
+    cp "$WORK/$name.log" "$kept"
+    log "FAILED: $name (exit $rc): \`$*\` in $WORK/clone; its last lines are above, its whole log in $kept"
     exit "$rc"
   fi
   log "$name: ok in $seconds s (disk used so far: $disk)"
