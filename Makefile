@@ -35,9 +35,12 @@ test: setup engines
 
 # The smoke subset on the releases with a CPU build that no RL framework pins (make test runs it on
 # those a framework pins): the 5th column of requirements/engine-versions.txt is "-".
+# And the patched servers of the refused releases that have one (tests/patched/, each in its layered
+# venv; requirements/engine-refused.txt: "patch" and a base venv).
 RELEASE_TARGETS = $(shell awk '!/^\#/ && NF && $$4 == "real" && $$5 == "-" { printf " --target %s@%s", $$1, $$2 }' requirements/engine-versions.txt)
+PATCHED_TARGETS = $(shell awk '!/^\#/ && NF >= 7 && $$6 == "patch" { printf " --target %s@%s-patched", $$1, $$2 }' requirements/engine-refused.txt)
 test-releases: setup engines
-	$(VENV)/bin/python -m pytest tests/contract tests/sglang tests/vllm tests/test_engine_versions.py$(RELEASE_TARGETS) $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest tests/contract tests/sglang tests/vllm tests/test_engine_versions.py tests/patched$(RELEASE_TARGETS)$(PATCHED_TARGETS) $(PYTEST_ARGS)
 
 # The quick loop: everything that needs no real engine (the contract suite on the stub and on the
 # fakes of both engines' pinned releases, single and multi-process, the unit and client tests),

@@ -295,10 +295,11 @@ fetch_wheels() {
   for spec in $(awk '!/^#/ && NF >= 3 { print $3 }' "$VERSIONS_FILE" "$REFUSED_FILE"); do fetch_wheel "$spec"; done
 }
 
-# The versions file's 7th column for ENGINE@VERSION: the base venv's packages, space-separated.
+# The 7th column for ENGINE@VERSION (of the versions file, or of the refused file for a patched
+# refused release): the base venv's packages, space-separated.
 base_packages() {
   local engine=${1%@*} version=${1#*@}
-  awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v && NF >= 7 && $7 != "-" { gsub(",", " ", $7); print $7 }' "$VERSIONS_FILE"
+  awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v && NF >= 7 && $7 != "-" { gsub(",", " ", $7); print $7 }' "$VERSIONS_FILE" "$REFUSED_FILE"
 }
 # The base venv's folder: torch==2.11.0 -> torch-2.11.0.
 base_name() { printf '%s' "$1" | sed 's/==/-/g; s/ /+/g'; }
@@ -324,11 +325,15 @@ setup_base() {
 }
 
 # A layered venv for another release: that release's package alone (--no-deps) over the pinned
-# venv's site-packages, which a .pth file puts after its own on sys.path.
+# venv's site-packages, which a .pth file puts after its own on sys.path. A refused release that
+# has a patch (engine-refused.txt, "patch") gets one too, for its patched server (tests/patched/).
 setup_layered() {
   local engine=${1%@*} version=${1#*@} dist spec overrides base base_dir venv stamp_file want base_site code t
   spec=$(awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v { print $3 }' "$VERSIONS_FILE")
-  [[ -n "$spec" ]] || die "$engine $version is not in requirements/engine-versions.txt"
+  if [[ -z "$spec" ]]; then
+    spec=$(awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v && $6 == "patch" { print $3 }' "$REFUSED_FILE")
+  fi
+  [[ -n "$spec" ]] || die "$engine $version is neither in requirements/engine-versions.txt nor a patched release of requirements/engine-refused.txt"
   # Packages this release needs in place of the pinned venv's (its own pins), installed into the
   # layered venv, whose site-packages come before the pinned venv's on sys.path.
   overrides=$(awk -v e="$engine" -v v="$version" '!/^#/ && $1 == e && $2 == v && NF >= 6 && $6 != "-" { gsub(",", " ", $6); print $6 }' "$VERSIONS_FILE")

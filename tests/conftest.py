@@ -7,7 +7,7 @@ from typing import ContextManager, Iterator, Optional, Union
 
 import pytest
 
-from engine_versions import SMOKE_ONLY, in_smoke
+from engine_versions import PATCHED_TARGETS, SMOKE_ONLY, in_smoke
 from recovery import make_usable
 from target_times import TargetTimes, label_targets
 from targets import DEDICATED_TARGETS, OPT_IN_TARGETS, TARGETS, Target
@@ -20,7 +20,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=None,
         help=f"run the contract suite against these targets only (default: all of {', '.join(TARGETS)}, "
-        f"except {', '.join(sorted(OPT_IN_TARGETS))}, which run only when named)",
+        f"except {', '.join(sorted(OPT_IN_TARGETS))}, which run only when named); "
+        f"{', '.join(sorted(PATCHED_TARGETS))}: a refused release's patched server, for tests/patched/ only",
     )
     add_quick_option(parser)
 
@@ -28,9 +29,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "target" in metafunc.fixturenames:
         chosen = metafunc.config.getoption("target") or [t for t in TARGETS if t not in OPT_IN_TARGETS]
-        unknown = [t for t in chosen if t not in TARGETS]
+        unknown = [t for t in chosen if t not in TARGETS and t not in PATCHED_TARGETS]
         if unknown:
-            raise pytest.UsageError(f"unknown --target {unknown}: known are {list(TARGETS)}")
+            raise pytest.UsageError(f"unknown --target {unknown}: known are {[*TARGETS, *PATCHED_TARGETS]}")
+        # A refused release's patched server runs tests/patched/ only (its conftest), no contract test.
+        chosen = [t for t in chosen if t in TARGETS]
         # Engine-specific tests say which targets they run on: @pytest.mark.targets("sglang").
         marker = metafunc.definition.get_closest_marker("targets")
         if marker is not None:

@@ -53,15 +53,21 @@ class RefusedRelease:
     """How many of the plugin's required names the static probe finds missing in its wheel."""
     patched: bool
     """Whether ``patches/`` has its patch (the engine's own routes fixed without the plugin)."""
+    served: bool = False
+    """Whether its patched server runs here (a layered venv on a base venv, the last column)."""
 
     def __str__(self) -> str:
         return f"{self.engine}@{self.version}"
 
 
 REFUSED: list[RefusedRelease] = [
-    RefusedRelease(engine, version, wheel, tuple(frameworks.split(",")), int(missing), patched == "patch")
-    for engine, version, wheel, frameworks, missing, patched, *_ in _rows("engine-refused.txt")
+    RefusedRelease(engine, version, wheel, tuple(frameworks.split(",")), int(missing), patched == "patch",
+                   patched == "patch" and bool(base))
+    for engine, version, wheel, frameworks, missing, patched, *base in _rows("engine-refused.txt")
 ]
+# The refused releases whose patched server tests/patched/ runs, each only when named with
+# --target <engine>@<version>-patched (make test-releases): they are no contract target.
+PATCHED_TARGETS = {f"{r}-patched": r for r in REFUSED if r.served}
 # Every release whose wheel the tests read: the supported ones and the refused ones.
 PROBED = [*SUPPORTED, *REFUSED]
 

@@ -1,5 +1,6 @@
 """Fixtures of the patched-engine tier: a real SGLang 0.5.23 and a real vLLM 0.32 run from their
-patch (patches/), with the plugin NOT loaded, so that the checks see the engines' own routes.
+patch (patches/), with the plugin NOT loaded, so that the checks see the engines' own routes; and,
+only when named (``--target vllm@0.24.0-patched``, make test-releases), a refused release's.
 
 Each patched engine is an overlay beside the shared engine venvs
 (``<engines dir>/<engine>-patched/<version>/``, :func:`tools.overlays.build_overlay`):
@@ -17,7 +18,7 @@ import pytest
 from engine_plugins.engines import patching
 from tools import overlays
 from tools.launcher.engine_server import EngineServer, engines_dir, ensure_engine
-from engine_versions import SUPPORTED
+from engine_versions import PATCHED_TARGETS, SUPPORTED, RefusedRelease
 from targets import API_KEY, REPO
 
 PINNED = {r.engine: r.version for r in SUPPORTED if r.tested == "pinned"}
@@ -55,16 +56,35 @@ def patched_overlay(engine: str, version: str | None = None) -> tuple[Path, Path
     return overlays.build_overlay(site / engine, patch, engines_dir() / f"{engine}-patched" / version), paths.python
 
 
+def _served_vllm(config) -> list:
+    """The vLLM releases whose patched server the run starts: the pinned one (unless ``--target``
+    leaves the vllm target out) and each refused release named as its patched target."""
+    chosen = config.getoption("target")
+    pinned = [r for r in SUPPORTED if r.engine == "vllm" and r.tested == "pinned"]
+    refused = [r for name, r in PATCHED_TARGETS.items() if r.engine == "vllm" and name in (chosen or ())]
+    return (pinned if not chosen or "vllm" in chosen else []) + refused
+
+
+def pytest_generate_tests(metafunc):
+    if "patched_vllm" in metafunc.fixturenames:
+        metafunc.parametrize("patched_vllm", _served_vllm(metafunc.config), ids=str, indirect=True, scope="module")
+
+
 def pytest_collection_modifyitems(config, items):
     """A run narrowed with ``--target`` keeps an engine's patched checks only with that engine's
-    real target (``--target stub`` starts no real engine)."""
-    chosen = config.getoption("target")
-    if not chosen:
-        return
+    real target (``--target stub`` starts no real engine); a check on a refused release's patched
+    code runs only when its patched target is named, whatever the run."""
+    chosen = config.getoption("target") or ()
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("patched_engine")
-        (drop if marker is not None and marker.args[0] not in chosen else keep).append(item)
+        params = getattr(item, "callspec", None).params if hasattr(item, "callspec") else {}
+        release = params.get("patched_vllm", params.get("release"))
+        if isinstance(release, RefusedRelease):
+            named = f"{release}-patched" in chosen
+        else:
+            named = marker is None or not chosen or marker.args[0] in chosen
+        (keep if named else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -93,10 +113,14 @@ def patched_sglang(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def patched_vllm(tmp_path_factory):
-    """A real vLLM 0.32 from its patched overlay, no plugin, in dev mode (its RL routes), with
-    the suite's API key."""
-    overlay, _ = patched_overlay("vllm")
-    with UnpluggedServer("vllm", overlay, api_key=API_KEY, env={"VLLM_SERVER_DEV_MODE": "1"},
-                         log_path=tmp_path_factory.mktemp("patched-vllm") / "vllm.log") as server:
+def patched_vllm(request, tmp_path_factory):
+    """A real vLLM from its patched overlay (the pinned 0.32, or a refused release named with
+    --target, in its layered venv), no plugin, in dev mode (its RL routes), with the suite's API
+    key. ``server.release`` is the release."""
+    release = request.param
+    version = None if getattr(release, "tested", None) == "pinned" else release.version
+    overlay, _ = patched_overlay("vllm", version)
+    with UnpluggedServer("vllm", overlay, api_key=API_KEY, env={"VLLM_SERVER_DEV_MODE": "1"}, version=version,
+                         log_path=tmp_path_factory.mktemp(f"patched-vllm-{release.version}") / "vllm.log") as server:
+        server.release = release
         yield server

@@ -1,5 +1,7 @@
 """vLLM 0.32 with patches/vllm-0.32.0-rl-control.patch applied and the plugin NOT loaded (dev
-mode, for vLLM's own RL routes): its own routes behave as the patch's header says."""
+mode, for vLLM's own RL routes): its own routes behave as the patch's header says. The server
+checks also run on vLLM 0.24.0 (verl's pin, refused by the plugin) with its patch, when named:
+--target vllm@0.24.0-patched (make test-releases)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine_versions import SUPPORTED
+from engine_versions import PATCHED_TARGETS, SUPPORTED
 
 from .conftest import patched_overlay
 from .native import Native
@@ -24,6 +26,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.patched_engine("vllm")]
 LONG = 1500
 RL_ROUTES = [("POST", "/abort_requests"), ("POST", "/pause"), ("POST", "/resume"), ("GET", "/is_paused"),
              ("POST", "/update_weight_version"), ("GET", "/weight_info"), ("GET", "/v1/loads")]
+# vLLM 0.26 and older keep no weight version: no such routes (docs/engine-notes.md).
+VERSION_ROUTES = {"/update_weight_version", "/weight_info"}
+
+
+def rl_routes(server) -> list[tuple[str, str]]:
+    """The RL routes *server*'s release has."""
+    old = tuple(int(n) for n in server.release.version.split(".")[:2]) <= (0, 26)
+    return [(method, path) for method, path in RL_ROUTES if not (old and path in VERSION_ROUTES)]
 
 
 async def test_the_plugin_is_not_loaded(patched_vllm):
@@ -36,11 +46,12 @@ async def test_the_plugin_is_not_loaded(patched_vllm):
 async def test_the_rl_routes_need_the_api_key(patched_vllm, key):
     headers = {} if key is None else {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(base_url=patched_vllm.url, headers=headers, timeout=60) as http:
-        answers = {path: (await http.request(method, path, json={})).status_code for method, path in RL_ROUTES}
+        routes = rl_routes(patched_vllm)
+        answers = {path: (await http.request(method, path, json={})).status_code for method, path in routes}
         health = await http.get("/health")
     async with Native(patched_vllm) as vllm:
         paused = await vllm.ok("GET", "/is_paused")
-    assert answers == {path: 401 for _, path in RL_ROUTES}
+    assert answers == {path: 401 for _, path in routes}
     assert health.status_code == 200, "unguarded routes stay open"
     assert paused == {"is_paused": False}, "the refused /pause did nothing"
 
@@ -61,7 +72,7 @@ async def test_abort_answers_the_requests_actually_aborted_and_loads_count_them(
         idle = await vllm.wait_counts("the server idle", lambda running, waiting: running == waiting == 0)
         none_left = await vllm.ok("POST", "/abort_requests", {})
     assert running == (2, 0)
-    assert loads["version"] == "0.32.0" and loads["timestamp"] and len(loads["loads"]) == 1
+    assert loads["version"] == patched_vllm.release.version and loads["timestamp"] and len(loads["loads"]) == 1
     assert loads["loads"][0] == {"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 0, "num_total_reqs": 2}
     assert loads["aggregate"] == {"total_running_reqs": 2, "total_waiting_reqs": 0, "total_reqs": 2}
     assert (by_id, rest, none_left) == ({"status": "aborted", "aborted": 1},) * 2 + ({"status": "aborted", "aborted": 0},)
@@ -73,15 +84,16 @@ async def test_abort_answers_the_requests_actually_aborted_and_loads_count_them(
 
 
 # The pinned release, and 0.30 for the form of the patch before 0.32 (no call_utility_all_async;
-# 0.31's patch is the same code on its lines).
+# 0.31's patch is the same code on its lines); and, when named, a refused release's (conftest).
 WITH_VENV = [r for r in SUPPORTED if r.engine == "vllm" and (r.tested == "pinned" or r.version == "0.30.0")]
+WITH_VENV += [r for r in PATCHED_TARGETS.values() if r.engine == "vllm"]
 
 
 @pytest.mark.parametrize("release", WITH_VENV, ids=str)
 def test_a_request_not_yet_in_the_engine_core_is_covered_by_abort_and_counted_as_waiting(release):
     """The patched AsyncLLM code of each release, in its own venv (vllm_fence_check.py): a real
     server cannot hold a request between generate() and its add long enough to abort it there."""
-    overlay, python = patched_overlay("vllm", None if release.tested == "pinned" else release.version)
+    overlay, python = patched_overlay("vllm", None if getattr(release, "tested", None) == "pinned" else release.version)
     env = {**os.environ, "PYTHONPATH": str(overlay)}
     result = subprocess.run([str(python), str(Path(__file__).with_name("vllm_fence_check.py"))], env=env,
                             capture_output=True, text=True, timeout=300, cwd=overlay)
