@@ -100,7 +100,8 @@ LOG_TARGETS = {**{str(r): (r.engine, r.version) for r in SUPPORTED if r.tested =
                "vllm-0.31-stub": ("vllm", "0.31.0"), "vllm-0.34-stub": ("vllm", "0.34.0"),
                "vllm-0.26-stub": ("vllm", "0.26.0"),
                "sglang-0.5.19-stub": ("sglang", "0.5.19"), "sglang-0.5.18-stub": ("sglang", "0.5.18"),
-               "sglang-0.5.17-stub": ("sglang", "0.5.17"), "sglang-0.5.16-stub": ("sglang", "0.5.16")}
+               "sglang-0.5.17-stub": ("sglang", "0.5.17"), "sglang-0.5.16-stub": ("sglang", "0.5.16"),
+               "sglang-0.5.12-stub": ("sglang", "0.5.12")}
 
 
 @pytest.mark.targets(*LOG_TARGETS)
