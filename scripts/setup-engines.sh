@@ -208,6 +208,98 @@ def rotary_embedding(*args, **kwargs):
 EOF
 }
 
+# SGLang 0.5.12 imports sgl_kernel.kvcacheio (CUDA kernels, not installed here) at module level on
+# every device but NPU, XPU and MPS (mem_cache/memory_pool_host.py; 0.5.13 on import it only on
+# CUDA and ROCm), so its HTTP server does not import on the CPU. Its functions move the KV cache
+# to and from host memory, which the CPU path never does: a layered venv whose memory pool fails
+# to import for want of sgl_kernel gets a stand-in that satisfies the import, in its own
+# site-packages only (a shared one would make sgl_kernel look installed to every release).
+write_kvcacheio_shim_if_needed() {
+  local venv=$1 site out
+  out=$(PYTHONPATH=$ENGINES_DIR/sglang-shim "$venv/bin/python" -c 'import sglang.srt.mem_cache.memory_pool_host' 2>&1) && return 0
+  grep -q "No module named 'sgl_kernel'" <<<"$out" || { printf '%s\n' "$out" >&2; die "$venv: SGLang's memory pool does not import (its output is above)"; }
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  mkdir -p "$site/sgl_kernel"
+  write_if_changed "$site/sgl_kernel/__init__.py" <<'EOF2'
+"""Test shim standing in for sgl_kernel in one layered SGLang venv (see kvcacheio.py)."""
+
+ENGINE_PLUGINS_TEST_SHIM = True
+EOF2
+  write_if_changed "$site/sgl_kernel/kvcacheio.py" <<'EOF2'
+"""Test shim: lets SGLang 0.5.12's memory pool import sgl_kernel.kvcacheio on the CPU.
+
+Its functions copy the KV cache to and from host memory (hierarchical cache), which the CPU path
+never does; each fails loudly if called.
+"""
+
+
+def __getattr__(name):
+    def unavailable(*args, **kwargs):
+        raise NotImplementedError(f"engine-plugins test shim: sgl_kernel.kvcacheio.{name} is not available")
+
+    return unavailable
+EOF2
+  log "$venv: sgl_kernel.kvcacheio stand-in written (the release imports it on the CPU)"
+}
+
+# SGLang 0.5.12's logits processor asks torch for pinned memory whenever a prefill needs input
+# logprobs (layers/logits_processor.py; 0.5.13 on only where is_pin_memory_available()), which a
+# torch without CUDA refuses: its scheduler dies (a retracted request resumed with logprobs, the
+# contract's keep pause). A layered venv whose logits processor asks for it unconditionally gets
+# a sitecustomize that builds those tensors unpinned where CUDA is absent, in its own
+# site-packages only.
+write_pin_memory_shim_if_needed() {
+  local venv=$1 site
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  grep -q "pin_memory=True" "$site/sglang/srt/layers/logits_processor.py" || return 0
+  write_if_changed "$site/sitecustomize.py" <<'EOF2'
+"""Test shim in one layered SGLang venv: ``torch.tensor(..., pin_memory=True)`` on a machine
+without CUDA builds the tensor unpinned instead of failing.
+
+SGLang 0.5.12's logits processor asks for pinned memory unconditionally when a prefill needs
+input logprobs (``layers/logits_processor.py:541-546``; 0.5.13 asks only where
+``is_pin_memory_available()``), which a CPU-only torch refuses ("Found no NVIDIA driver"), and
+its scheduler dies. Pinning only speeds a host-to-device copy, which the CPU path never makes.
+torch is patched once it is imported, so processes that never import it pay nothing.
+"""
+
+import importlib.abc
+import importlib.util
+import sys
+
+
+def _unpinned_where_unavailable(torch):
+    if torch.cuda.is_available():
+        return
+    tensor = torch.tensor
+
+    def unpinned_tensor(*args, pin_memory=False, **kwargs):
+        return tensor(*args, **kwargs)
+
+    torch.tensor = unpinned_tensor
+
+
+class _PatchTorchOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            _unpinned_where_unavailable(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+sys.meta_path.insert(0, _PatchTorchOnImport())
+EOF2
+  log "$venv: sitecustomize.py written (pinned tensors built unpinned without CUDA)"
+}
+
 # Writes stdin to $1 only when the content differs, via a temp file and rename (never half-written).
 write_if_changed() {
   local target=$1 tmp
@@ -367,6 +459,7 @@ setup_layered() {
     echo "$base_dir" >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zy-engine-plugins-base-venv.pth"
     log "$engine $version: over the base venv $base_dir ($base)"
   fi
+  if [[ $engine == sglang ]]; then write_kvcacheio_shim_if_needed "$venv"; write_pin_memory_shim_if_needed "$venv"; fi
   # Its own package must be the one imported, not the pinned venv's.
   case "$engine" in
     vllm) code="import importlib.metadata as m, vllm; assert m.version('$dist') == '$version', m.version('$dist'); import vllm.entrypoints.openai.api_server; print('vllm', vllm.__version__, vllm.__file__)" ;;

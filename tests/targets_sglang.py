@@ -13,6 +13,8 @@
   states and its own dispatch mark and failure-path abort).
 - ``sglang-0.5.16-stub``: the fake as SGLang 0.5.16 (0.5.18's, with the weight version in the
   server args).
+- ``sglang-0.5.12-stub``: the fake as SGLang 0.5.12 (0.5.16's, with the streaming flag in the
+  server args, no failure path before dispatch, and the loads as dataclasses).
 - ``sglang-stub-dp2``: the fake with two data-parallel ranks behind its DP controller.
 - ``sglang-dp2``: the real server with ``--dp-size 2``: SGLang's data-parallel controller in front
   of two schedulers, one per core.
@@ -101,6 +103,9 @@ TARGETS = {
     # The fake as SGLang 0.5.16: 0.5.18's, and no config values.
     "sglang-0.5.16-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--like-0.5.16",
                                                          name="sglang-0.5.16-stub"),
+    # The fake as SGLang 0.5.12: 0.5.16's, and nothing dropped on a failure before dispatch.
+    "sglang-0.5.12-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--like-0.5.12",
+                                                         name="sglang-0.5.12-stub"),
     "sglang-stub-dp2": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005", "--dp-size", str(DP_SIZE),
                                                       name="sglang-stub-dp2"),
     "sglang": lambda tmp: sglang_real_server(tmp),
@@ -111,7 +116,7 @@ TARGETS = {
 # The real servers among them (targets.py: fewer, longer rounds; setup reruns).
 REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights"}
 DEDICATED_TARGETS = {"sglang-weights"}
-RELEASE_FAKES = {"sglang-0.5.19-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub"}
+RELEASE_FAKES = {"sglang-0.5.19-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub", "sglang-0.5.12-stub"}
 # Every other release with a CPU build: the smoke subset (engine_versions.SMOKE).
 for _release in SUPPORTED:
     if _release.engine == "sglang" and _release.tested == "real":

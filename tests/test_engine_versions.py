@@ -51,6 +51,14 @@ def test_a_supported_release_has_every_name_the_plugin_uses(wheels, release):
     assert report.features == manifest.releases[release.version]
 
 
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.15", "0.5.23"])
+def test_one_feature_probed_alone_is_what_the_whole_probe_says(wheels, version):
+    # The DP controller's process probes only the features it needs (MANIFEST.has).
+    resolver = SourceResolver(wheel_source(next(v for v in SUPPORTED if (v.engine, v.version) == ("sglang", version))))
+    for key in ("sock_recv", "runtime_context"):
+        assert SGLANG.has(key, resolver) == SGLANG.releases[version][key]
+
+
 def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
     release = next(v for v in SUPPORTED if (v.engine, v.version) == ("vllm", "0.31.0"))
     required = (
@@ -68,7 +76,7 @@ def test_the_probe_reports_a_missing_name_and_a_missing_parameter(wheels):
     ]
 
 
-@pytest.mark.parametrize("engine, version", [("vllm", "0.25.0"), ("vllm", "0.35.0"), ("sglang", "0.5.14"), ("sglang", "0.6.0")])
+@pytest.mark.parametrize("engine, version", [("vllm", "0.25.0"), ("vllm", "0.35.0"), ("sglang", "0.5.11"), ("sglang", "0.6.0")])
 def test_a_release_outside_the_range_is_refused_by_name(engine, version):
     with pytest.raises(StartupError) as info:
         MANIFESTS[engine].check_version(version)
@@ -92,7 +100,8 @@ LOG_TARGETS = {**{str(r): (r.engine, r.version) for r in SUPPORTED if r.tested =
                "vllm-0.31-stub": ("vllm", "0.31.0"), "vllm-0.34-stub": ("vllm", "0.34.0"),
                "vllm-0.26-stub": ("vllm", "0.26.0"),
                "sglang-0.5.19-stub": ("sglang", "0.5.19"), "sglang-0.5.18-stub": ("sglang", "0.5.18"),
-               "sglang-0.5.17-stub": ("sglang", "0.5.17"), "sglang-0.5.16-stub": ("sglang", "0.5.16")}
+               "sglang-0.5.17-stub": ("sglang", "0.5.17"), "sglang-0.5.16-stub": ("sglang", "0.5.16"),
+               "sglang-0.5.12-stub": ("sglang", "0.5.12")}
 
 
 @pytest.mark.targets(*LOG_TARGETS)
@@ -119,8 +128,8 @@ def test_a_release_below_the_range_whose_own_imports_fail_is_still_refused_by_na
     def failing_probe(manifest, resolver=None):
         raise ValueError("'qwen3_asr' is already used by a Transformers config, pick another name.")
 
-    monkeypatch.setattr(EngineManifest, "installed_version", lambda manifest: "0.5.14")
+    monkeypatch.setattr(EngineManifest, "installed_version", lambda manifest: "0.5.11")
     monkeypatch.setattr(EngineManifest, "probe", failing_probe)
     with pytest.raises(StartupError) as info:
         sglang_facade.load_names()
-    assert str(info.value) == f"engine_plugins: SGLang 0.5.14 is not supported; the plugin supports SGLang {SGLANG.supported}"
+    assert str(info.value) == f"engine_plugins: SGLang 0.5.11 is not supported; the plugin supports SGLang {SGLANG.supported}"

@@ -73,6 +73,12 @@ class EngineManifest:
         """Every required name and every feature, in the installed engine by default."""
         return check(resolver or ImportResolver(), self.required, self.features)
 
+    def has(self, key: str, resolver: Optional[Resolver] = None) -> bool:
+        """Whether the installed engine (or *resolver*'s) has the feature *key*: one feature's
+        probe, for a process that does not run the whole startup check."""
+        feature = next(f for f in self.features if f.key == key)
+        return check(resolver or ImportResolver(), (), (feature,)).features[key]
+
     def shims(self, report: ProbeReport) -> list[str]:
         """The shims a probe report turns on, in words (the startup log's and doctor's)."""
         return report.active_shims(self.features)

@@ -289,7 +289,8 @@ async def test_race_soak_leaves_every_round_idle_well_answered_and_fenced(target
     await soak(target, range(quick_rounds(pytestconfig, ROUNDS["real" if target.real else "fast"], target.name)))
 
 
-@pytest.mark.targets("sglang-stub", "sglang-stub-dp2", "sglang-0.5.19-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub")
+@pytest.mark.targets("sglang-stub", "sglang-stub-dp2", "sglang-0.5.19-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub",
+                      "sglang-0.5.12-stub")
 async def test_a_soak_of_aborts_and_scheduler_pauses_leaves_every_round_idle(target, pytestconfig):
     # Rounds numbered apart from the full soak's, so that their seeds are new.
     await soak(target, range(FOCUSED_BASE, FOCUSED_BASE + quick_rounds(pytestconfig, FOCUSED_ROUNDS, target.name)), FOCUSED_KINDS)

@@ -24,11 +24,20 @@ def answer(future: asyncio.Future, result: Any = None, error: Optional[BaseExcep
         future.set_result(result)
 
 
+# The fake engine loops running, held until they end: asyncio keeps only weak references to
+# tasks, and a loop waiting on its own queue, held by nothing else (a unit test's fake, once the
+# test is over, in a test session's shared event loop), is garbage to collect: collected, its
+# coroutine is closed and its next step fails ("cannot reuse already awaited coroutine").
+_LOOPS: set[asyncio.Task] = set()
+
+
 def end_server_if_it_dies(task: asyncio.Task) -> asyncio.Task:
     """A fake engine loop that raises ends the server process, as a dead engine core ends
     vLLM's and SGLang's servers: a wedged server would leave every later request waiting."""
+    _LOOPS.add(task)
 
     def check(done: asyncio.Task) -> None:
+        _LOOPS.discard(done)
         if done.cancelled() or done.exception() is None:
             return
         error = done.exception()

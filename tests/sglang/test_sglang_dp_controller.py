@@ -11,6 +11,7 @@ import pytest
 
 from engine_plugins.engines.sglang.dp_controller import (
     DPControllerNames,
+    recv_pyobj,
     register_idle_sleep,
     run_sleeping_loop,
 )
@@ -117,3 +118,23 @@ def test_the_hook_keeps_sglangs_loop_without_sleep_on_idle():
                 hook(lambda c: "sglang's loop", controller)
         else:
             assert hook(lambda c: "sglang's loop", controller) == expected
+
+
+class PyobjSocket(Socket):
+    """The socket's own receive, which the controller's loop calls before 0.5.15 (no sock_recv)."""
+
+    def recv_pyobj(self, flags: int = 0) -> object:
+        return sock_recv(self, flags)
+
+
+def test_before_0_5_15_the_sleeping_loop_receives_with_the_sockets_own_recv_pyobj():
+    routed: list = []
+    controller = controller_with(routed)
+    controller.recv_from_tokenizer = socket = PyobjSocket()
+    for message in ("req-1", "abort-1", "stop"):
+        socket.messages.put(message)
+    loop_names = names(True, {})
+    loop_names.sock_recv = recv_pyobj
+    with pytest.raises(Stop):
+        run_sleeping_loop(loop_names, controller)
+    assert routed == ["req-1", "abort-1"]

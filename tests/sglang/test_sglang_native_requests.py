@@ -21,7 +21,8 @@ def native_body(max_new_tokens: int, rid: str) -> dict:
 
 
 # SGLang 0.5.17 and 0.5.18 label no tokens: there the spans are the plugin's, and must look the same.
-@pytest.mark.targets("sglang", "sglang-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub")
+@pytest.mark.targets("sglang", "sglang-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub",
+                      "sglang-0.5.12-stub")
 async def test_version_bump_with_sglangs_usual_payload_keeps_native_requests(target):
     """``POST /update_weight_version {"new_version": ...}`` once aborted 16 of 16 requests."""
     n, tokens = 16, 600

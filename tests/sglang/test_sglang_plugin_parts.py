@@ -155,7 +155,7 @@ def test_contract_keys_follow_sglangs_admin_optional_rule():
     assert names.api_keys() == []
 
 
-@pytest.mark.parametrize("version", ["0.5.14", "0.5.24", "0.6.0"])
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.24", "0.6.0"])
 def test_an_sglang_outside_the_supported_range_stops_startup_naming_it_and_the_range(version):
     names = fake_names(_serving())
     names.version = version
@@ -422,3 +422,52 @@ def test_on_0_5_15_incremental_streaming_is_read_from_the_server_args():
     assert engine.incremental_streaming() is False
     tm.server_args.incremental_streaming_output = True
     assert engine.incremental_streaming() is True
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("release", ["0.5.12", "0.5.16", "0.5.23"])
+async def test_a_held_request_the_plugin_ends_leaves_no_request_state(release):
+    # Ending it cancels SGLang's generator at the pause gate: 0.5.12 has no failure path there,
+    # 0.5.16's catches an Exception only; either would keep the state, and the request in flight.
+    tm, tracker, stream = _tracked_request(release, "held", stream=True)
+    tm.is_pause = True
+    first = asyncio.ensure_future(stream.__anext__())
+    for _ in range(100):
+        if tracker.registry.get("held") is not None:
+            break
+        await asyncio.sleep(0.01)
+    tracker.registry.get("held").aborted = True  # as the seam's abort marks a held request
+    tracker.wake_held()
+    out = await asyncio.wait_for(first, 5)
+    assert out["meta_info"]["finish_reason"]["type"] == "abort" and out["output_ids"] == []
+    assert tm.rid_to_state == {} and tracker.registry.get("held") is None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("release", ["0.5.12", "0.5.23"])
+async def test_a_request_sglang_refuses_before_dispatch_leaves_no_request_state(release):
+    # Past the context length: SGLang raises while tokenizing; 0.5.12 never drops the state.
+    names = tm_names(release)
+    tm = names.TokenizerManager()
+    tracker = Tracker(SGLangEngine(names, tm))
+    obj = names.GenerateReqInput(rid="too-long", input_ids=[1] * 100, stream=True,
+                                 sampling_params={"max_new_tokens": tm.context_len})
+    stream = tracker.track(tm.generate_request(obj), obj)
+    with pytest.raises(ValueError, match="maximum context length"):
+        await stream.__anext__()
+    assert tm.rid_to_state == {} and tracker.registry.get("too-long") is None
+
+
+@pytest.mark.anyio
+async def test_on_0_5_12_the_rank_loads_are_its_dataclasses_as_its_own_v1_loads_writes_them():
+    # 0.5.12's get_loads returns GetLoadsReqOutput dataclasses (no LoadSnapshot): its /v1/loads
+    # writes each without its timestamp and its absent (None) sections.
+    names = tm_names("0.5.12")
+    assert names.LoadSnapshot is None and "LoadSnapshot" not in str(names.engine_objects())
+    engine = SGLangEngine(names, names.TokenizerManager())
+    newest = SGLangEngine(tm_names("0.5.23"), TokenizerManager())
+    (load,), (snapshot,) = await engine.rank_loads(), await newest.rank_loads()
+    assert "timestamp" not in load and not {"memory", "speculative", "lora", "disaggregation"} & set(load)
+    assert load["queues"] == {"waiting": 0, "grammar": 0, "paused": 0, "retracted": 0}
+    assert {k: load[k] for k in ("dp_rank", "num_running_reqs", "num_waiting_reqs")} == {"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}
+    assert {k: snapshot[k] for k in ("dp_rank", "num_running_reqs", "num_waiting_reqs")} == {"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}

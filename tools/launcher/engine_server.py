@@ -274,11 +274,22 @@ class EngineServer:
                 "--max-total-tokens", "131072",
                 # Otherwise the idle scheduler spins on one of the two cores.
                 "--sleep-on-idle",
+                *self._sglang_piecewise_off(),
             ]
         command += ["--host", LOOPBACK, "--port", str(self.port)]
         if self.api_key:
             command += ["--api-key", self.api_key]
         return command + self.extra_args
+
+    def _sglang_piecewise_off(self) -> list[str]:
+        """``--disable-piecewise-cuda-graph`` where SGLang has the flag (0.5.12, 0.5.13): they
+        capture piecewise CUDA graphs unless the CPU engine is on (``SGLANG_USE_CPU_ENGINE``), and
+        fail on the CPU (``torch.cpu`` has no ``graph_pool_handle``); ``--disable-cuda-graph``
+        leaves those on. Read from the venv's source, as the server would refuse an unknown flag."""
+        for server_args in self.paths.venv.glob("lib/python*/site-packages/sglang/srt/server_args.py"):
+            if "disable_piecewise_cuda_graph" in server_args.read_text():
+                return ["--disable-piecewise-cuda-graph"]
+        return []
 
     def environment(self) -> dict[str, str]:
         """The server's environment: ours, minus what would mix Pythons, plus the engine's settings."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from engine_plugins.engines.sglang.manifest import DP_CONTROLLER_MODULE
+from engine_plugins.engines.sglang.manifest import DP_CONTROLLER_MODULE, MANIFEST, RUNTIME_CONTEXT, SOCK_RECV
 
 logger = logging.getLogger("engine_plugins.engines.sglang")
 
@@ -69,14 +69,14 @@ def load_dp_controller_names() -> DPControllerNames:
     (the HTTP server's process checked them all at startup)."""
     from sglang.srt.managers import data_parallel_controller as dpc
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    from sglang.srt import runtime_context
 
-    get_device = getattr(runtime_context, "get_device", None)
-    if get_device is not None:
+    if MANIFEST.has(RUNTIME_CONTEXT):
+        from sglang.srt.runtime_context import get_device
+
         def sleep_on_idle(controller: Any) -> bool:
             return bool(get_device().sleep_on_idle)
     else:
-        # Before 0.5.17 (no get_device): the controller's own server args.
+        # Before 0.5.17: the controller's own server args.
         def sleep_on_idle(controller: Any) -> bool:
             return bool(getattr(controller.server_args, "sleep_on_idle", False))
 
@@ -85,9 +85,15 @@ def load_dp_controller_names() -> DPControllerNames:
         HookRegistry=HookRegistry,
         HookType=HookType,
         zmq=dpc.zmq,
-        sock_recv=dpc.sock_recv,
+        sock_recv=dpc.sock_recv if MANIFEST.has(SOCK_RECV) else recv_pyobj,
         sleep_on_idle=sleep_on_idle,
     )
+
+
+def recv_pyobj(socket: Any, flags: int = 0) -> Any:
+    """SGLang's receive before 0.5.15 (no ``sock_recv``): the socket's own ``recv_pyobj``, as
+    the controller's loop calls it there."""
+    return socket.recv_pyobj(flags)
 
 
 def register_idle_sleep(names: DPControllerNames) -> None:

@@ -35,9 +35,11 @@ from engine_plugins.engines.sglang.manifest import (
     HTTP_SERVER_MODULE,
     IO_STRUCT_MODULE,
     LOAD_SNAPSHOT_MODULE,
+    LOAD_SNAPSHOTS,
     LOGICAL_STATES,
     MANIFEST,
     MARKED_ABORTS,
+    PARALLEL_CONTEXT,
     RUNTIME_CONTEXT,
     SERVER_ARGS_LOGGER,
     SESSION_VERSION,
@@ -56,7 +58,8 @@ class SGLangNames:
     """``sglang.srt.entrypoints.http_server``: ``app``, ``get_global_state``, ``launch_server``."""
     TokenizerManager: type
     ReqState: type
-    LoadSnapshot: type
+    LoadSnapshot: Optional[type]
+    """The schedulers' per-rank loads (0.5.13 on); None where they are ``GetLoadsReqOutput`` dataclasses."""
     GenerateReqInput: type
     UpdateWeightVersionReqInput: type
     PauseGenerationReqInput: type
@@ -80,7 +83,9 @@ class SGLangNames:
     """SGLang 0.5.21+'s weight-update session requests; None before."""
     EndWeightUpdateReqInput: Optional[type] = None
     parallel: Callable[[], Any] = lambda: None
-    """SGLang's ``get_parallel()`` (``dp_size``, ``enable_dp_attention``); None where unknown."""
+    """Where SGLang's own ``/v1/loads`` reads the parallel sizes (``tp_size``, ``pp_size``,
+    ``dp_size``, ``enable_dp_attention``): ``get_parallel()`` (0.5.19 on), else the
+    TokenizerManager's server args; None where unknown."""
     dispatch_mark: bool = True
     """The TokenizerManager marks each request state dispatched (``_mark_state_dispatched``,
     ``ReqState.dispatched`` and ``abort_sent``: 0.5.20 on); else the plugin hooks the sends."""
@@ -104,6 +109,8 @@ class SGLangNames:
     logical_states: bool = False
     """An ``n > 1`` request keeps a logical state beside its samples' (0.5.17): the sample's
     ``child_rid_to_logical_rid`` names it."""
+    load_snapshots: bool = True
+    """``get_loads`` returns ``LoadSnapshot`` structs (0.5.13 on); before, dataclasses."""
 
     @property
     def app(self) -> Any:
@@ -120,9 +127,17 @@ class SGLangNames:
                 GenerateReqInput=self.GenerateReqInput, UpdateWeightVersionReqInput=self.UpdateWeightVersionReqInput,
                 PauseGenerationReqInput=self.PauseGenerationReqInput,
                 ContinueGenerationReqInput=self.ContinueGenerationReqInput),
-            LOAD_SNAPSHOT_MODULE: SimpleNamespace(LoadSnapshot=self.LoadSnapshot),
             HOOK_REGISTRY_MODULE: SimpleNamespace(HookRegistry=self.HookRegistry, HookType=self.HookType),
+            **({LOAD_SNAPSHOT_MODULE: SimpleNamespace(LoadSnapshot=self.LoadSnapshot)} if self.LoadSnapshot else {}),
         }
+
+    def rank_load(self, load: Any) -> dict:
+        """One rank's figures from ``get_loads`` as SGLang's own ``/v1/loads`` writes them: a
+        ``LoadSnapshot``'s ``to_dict``, or before 0.5.13 the dataclass without its ``None``
+        fields and its ``timestamp`` (0.5.12 ``entrypoints/v1_loads.py``)."""
+        if self.load_snapshots:
+            return load.to_dict(None)
+        return dataclasses.asdict(load, dict_factory=_without_none_or_timestamp)
 
     def tokenizer_manager(self) -> Optional[Any]:
         """The TokenizerManager serving this process, None until SGLang has built it."""
@@ -319,16 +334,20 @@ class SGLangNames:
         return getattr(obj, "mode", None)
 
 
+def _without_none_or_timestamp(items: list[tuple[str, Any]]) -> dict:
+    """``dataclasses.asdict``'s factory as SGLang 0.5.12's ``/v1/loads`` gives it (``_loads_dict_factory``)."""
+    return {k: v for k, v in items if v is not None and k != "timestamp"}
+
+
 def load_names() -> SGLangNames:
     """Import the SGLang names the plugin uses from the installed SGLang and check them."""
     report = MANIFEST.check_installed()
     try:
         import sglang
         from sglang.srt.entrypoints import http_server
-        from sglang.srt.managers import io_struct, load_snapshot
+        from sglang.srt.managers import io_struct
         from sglang.srt.managers import tokenizer_manager as tm_module
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-        from sglang.srt.runtime_context import get_parallel
         from sglang.srt.utils.auth import AuthLevel
     except ImportError as exc:
         raise MANIFEST.import_error(MANIFEST.installed_version(), exc) from exc
@@ -337,19 +356,27 @@ def load_names() -> SGLangNames:
     except ImportError:
         HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
 
+    def server_args() -> Any:
+        # The TokenizerManager's, read once the seam exists (so the TokenizerManager does).
+        return http_server.get_global_state().tokenizer_manager.server_args
+
     if report.features[RUNTIME_CONTEXT]:
         from sglang.srt.runtime_context import get_exec, get_serving
 
         def deterministic() -> bool:
             return bool(get_exec().deterministic.enable_deterministic_inference)
     else:
-        # Before 0.5.17 the same fields are the TokenizerManager's server args (read once the
-        # seam exists, so the TokenizerManager does).
-        def get_serving() -> Any:
-            return http_server.get_global_state().tokenizer_manager.server_args
+        # Before 0.5.17 the same fields are the server args'.
+        get_serving = server_args
 
         def deterministic() -> bool:
             return bool(get_serving().enable_deterministic_inference)
+
+    # Where SGLang's own /v1/loads reads the parallel sizes (docs/engine-notes.md).
+    if report.features[PARALLEL_CONTEXT]:
+        from sglang.srt.runtime_context import get_parallel as parallel
+    else:
+        parallel = server_args
 
     try:
         from sglang.srt.entrypoints import v1_loads
@@ -357,31 +384,28 @@ def load_names() -> SGLangNames:
         # Before 0.5.21 the helper takes the parallel sizes as arguments (docs/engine-notes.md).
         takes_sizes = bool(inspect.signature(v1_loads._num_accelerators_per_dp_rank).parameters)
 
-        def parallel_sizes() -> Any:
-            # Where SGLang's own /v1/loads reads them: get_parallel() (0.5.19, 0.5.20), before
-            # that the TokenizerManager's server args (0.5.18).
-            if hasattr(v1_loads, "get_parallel"):
-                return v1_loads.get_parallel()
-            return http_server.get_global_state().tokenizer_manager.server_args
-
         def loads_header() -> dict:
             # As SGLang's own /v1/loads computes them (accelerator is None without one).
             if takes_sizes:
-                p = parallel_sizes()
+                p = parallel()
                 accelerators = v1_loads._num_accelerators_per_dp_rank(p.tp_size, p.pp_size, p.dp_size, p.enable_dp_attention)
             else:
                 accelerators = v1_loads._num_accelerators_per_dp_rank()
             return {"accelerator": v1_loads._accelerator_name(), "num_accelerators": accelerators}
     except (ImportError, AttributeError):
-        # 0.5.16's /v1/loads has neither helper, nor those fields (docs/engine-notes.md).
+        # 0.5.12 to 0.5.16's /v1/loads has neither helper, nor those fields (docs/engine-notes.md).
         loads_header = dict
+    if report.features[LOAD_SNAPSHOTS]:
+        from sglang.srt.managers.load_snapshot import LoadSnapshot
+    else:
+        LoadSnapshot = None
 
     names = SGLangNames(
         version=getattr(sglang, "__version__", "unknown"),
         http_server=http_server,
         TokenizerManager=tm_module.TokenizerManager,
         ReqState=tm_module.ReqState,
-        LoadSnapshot=load_snapshot.LoadSnapshot,
+        LoadSnapshot=LoadSnapshot,
         GenerateReqInput=io_struct.GenerateReqInput,
         UpdateWeightVersionReqInput=io_struct.UpdateWeightVersionReqInput,
         PauseGenerationReqInput=io_struct.PauseGenerationReqInput,
@@ -401,9 +425,10 @@ def load_names() -> SGLangNames:
         streaming_flag=report.features[STREAMING_FLAG],
         RequestAbortedError=getattr(tm_module, "RequestAbortedError", None) if report.features[MARKED_ABORTS] else None,
         logical_states=report.features[LOGICAL_STATES],
+        load_snapshots=report.features[LOAD_SNAPSHOTS],
         BeginWeightUpdateReqInput=getattr(io_struct, "BeginWeightUpdateReqInput", None),
         EndWeightUpdateReqInput=getattr(io_struct, "EndWeightUpdateReqInput", None),
-        parallel=get_parallel,
+        parallel=parallel,
     )
     check_names(names)
     return names
@@ -481,6 +506,11 @@ class SGLangEngine:
         """Whether SGLang holds a state for *rid*."""
         return rid in self.tm.rid_to_state
 
+    def drop_state(self, rid: str) -> None:
+        """Delete *rid*'s request state if SGLang still holds it (a request that ended before
+        dispatch, whose state some releases leave behind: :meth:`.tracking.Tracker.drop_undispatched`)."""
+        self.tm.rid_to_state.pop(rid, None)
+
     def replace_request_states(self, make: Callable[[dict], dict]) -> None:
         """Swap ``rid_to_state`` for ``make(rid_to_state)`` (a dict that reports changes)."""
         self.tm.rid_to_state = make(self.tm.rid_to_state)
@@ -526,7 +556,7 @@ class SGLangEngine:
 
     async def rank_loads(self) -> list[dict]:
         """SGLang's ``/v1/loads`` figures per DP rank, every field kept."""
-        return [load.to_dict(None) for load in await self.tm.get_loads()]
+        return [self.names.rank_load(load) for load in await self.tm.get_loads()]
 
     # --- pause ------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from engine_plugins.engines.engine_manifest import EngineManifest
 from engine_plugins.engines.probe import EngineName, Feature
 
 # The SGLang releases the plugin supports (every 0.5.23.x included).
-LOWEST_VERSION, HIGHEST_VERSION = "0.5.15", "0.5.23"
+LOWEST_VERSION, HIGHEST_VERSION = "0.5.12", "0.5.23"
 
 # Methods of the TokenizerManager class the plugin calls or hooks.
 TOKENIZER_MANAGER_METHODS = (
@@ -91,15 +91,12 @@ REQUIRED_NAMES: tuple[EngineName, ...] = (
     _n("managers.io_struct", "TokenizedGenerateReqInput.extra_key"),
     # Where the plugin labels the tokens (before 0.5.19), each request's tokens are sent as made.
     _n("managers.io_struct", "TokenizedGenerateReqInput.stream"),
-    _n("managers.load_snapshot", "LoadSnapshot.to_dict"),
     _n("plugins.hook_registry", "HookRegistry.register"),
     _n("plugins.hook_registry", "HookRegistry.apply_hooks"),
     _n("plugins.hook_registry", "HookType.AROUND"),
     _n("plugins.hook_registry", "HookType.AFTER"),
-    _n("runtime_context", "get_parallel"),
     _n("managers.data_parallel_controller", "DataParallelController.event_loop"),
     *(_n("managers.data_parallel_controller", f"DataParallelController.{a}", on_self=True) for a in DP_CONTROLLER_ATTRIBUTES),
-    _n("managers.data_parallel_controller", "sock_recv"),
     _n("managers.data_parallel_controller", "zmq"),
     # The scheduler process (:mod:`.scheduler_abort`): its abort, and what its hook reads.
     _n("managers.scheduler", "Scheduler.abort_request", "recv_req"),
@@ -143,6 +140,17 @@ LOGICAL_STATES = "logical_states"
 # 0.5.16 on: the TokenizerManager keeps ``--incremental-streaming-output`` on itself; before, only
 # its ``ServerArgs`` have it.
 STREAMING_FLAG = "streaming_flag"
+# 0.5.13 on: the schedulers' loads are ``LoadSnapshot`` structs (``to_dict``); before,
+# ``io_struct.GetLoadsReqOutput`` dataclasses, which SGLang's own ``/v1/loads`` turns into the same
+# JSON with ``dataclasses.asdict`` (no ``None`` values, no ``timestamp``).
+LOAD_SNAPSHOTS = "load_snapshots"
+# 0.5.19 on: SGLang's own ``/v1/loads`` reads the parallel sizes (``dp_size``,
+# ``enable_dp_attention``) from the runtime context's ``get_parallel()``; before, from the
+# TokenizerManager's ``ServerArgs`` (0.5.14 to 0.5.16 have a ``get_parallel`` without those fields,
+# 0.5.12 and 0.5.13 none).
+PARALLEL_CONTEXT = "parallel_context"
+# 0.5.15 on: the DP controller receives with ``sock_recv``; before, ``recv_pyobj`` on its socket.
+SOCK_RECV = "sock_recv"
 FEATURES: tuple[Feature, ...] = (
     Feature(ENGINE_WEIGHT_VERSION, _n(_TM, "TokenizerManager.update_weight_version", "obj"),
             "weight version: set by the plugin in SGLang's config value, each request's tokens labelled with the "
@@ -169,6 +177,12 @@ FEATURES: tuple[Feature, ...] = (
             "an n > 1 request's logical state counts as dispatched once its first sample is", on_presence=True),
     Feature(STREAMING_FLAG, _n(_TM, "TokenizerManager.incremental_streaming_output", on_self=True),
             "--incremental-streaming-output read from the server args"),
+    Feature(LOAD_SNAPSHOTS, _n("managers.load_snapshot", "LoadSnapshot.to_dict"),
+            "/v1/loads' per-rank figures read from SGLang's GetLoadsReqOutput dataclasses"),
+    Feature(PARALLEL_CONTEXT, _n("entrypoints.v1_loads", "get_parallel"),
+            "data-parallel sizes (/v1/loads, weight updates) read from the server args"),
+    Feature(SOCK_RECV, _n("managers.data_parallel_controller", "sock_recv"),
+            "the data-parallel controller's idle wait receives with recv_pyobj"),
 )
 
 _MARKED = {DISPATCH_MARK: True, ABORT_ON_CLOSE: True, ENGINE_WEIGHT_VERSION: True}
@@ -176,8 +190,12 @@ _UNMARKED = {DISPATCH_MARK: False, ABORT_ON_CLOSE: False, ENGINE_WEIGHT_VERSION:
 _UNVERSIONED = {**_UNMARKED, ENGINE_WEIGHT_VERSION: False}
 _BEFORE_SESSIONS = {LEGACY_GET_LOAD: True, WEIGHT_UPDATE_SESSION: False, **_MARKED}
 _WITH_SESSIONS = {LEGACY_GET_LOAD: False, WEIGHT_UPDATE_SESSION: True, **_MARKED}
-# What every release from 0.5.16 has of the features 0.5.15 to 0.5.17 differ in.
-_COMMON = {MARKED_ABORTS: False, LOGICAL_STATES: False, CONFIG_VALUES: True, RUNTIME_CONTEXT: True, STREAMING_FLAG: True}
+# What every release from 0.5.19 has of the features 0.5.12 to 0.5.18 differ in.
+_COMMON = {MARKED_ABORTS: False, LOGICAL_STATES: False, CONFIG_VALUES: True, RUNTIME_CONTEXT: True, STREAMING_FLAG: True,
+           LOAD_SNAPSHOTS: True, PARALLEL_CONTEXT: True, SOCK_RECV: True}
+# What 0.5.12 to 0.5.18 lack of it (0.5.15 to 0.5.18 lack only the parallel sizes in the context).
+_SERVER_ARGS = {**_COMMON, CONFIG_VALUES: False, RUNTIME_CONTEXT: False, STREAMING_FLAG: False, PARALLEL_CONTEXT: False}
+_BEFORE_SOCK_RECV = {**_SERVER_ARGS, SOCK_RECV: False}
 
 MANIFEST = EngineManifest(
     engine="SGLang",
@@ -186,13 +204,17 @@ MANIFEST = EngineManifest(
     highest=HIGHEST_VERSION,
     required=REQUIRED_NAMES,
     features=FEATURES,
-    releases={"0.5.15": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON,
-                         CONFIG_VALUES: False, RUNTIME_CONTEXT: False, STREAMING_FLAG: False},
-              "0.5.16": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON,
-                         CONFIG_VALUES: False, RUNTIME_CONTEXT: False},
+    releases={"0.5.12": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_BEFORE_SOCK_RECV,
+                         LOAD_SNAPSHOTS: False},
+              "0.5.13": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_BEFORE_SOCK_RECV},
+              "0.5.14": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_BEFORE_SOCK_RECV},
+              "0.5.15": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_SERVER_ARGS},
+              "0.5.16": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_SERVER_ARGS,
+                         STREAMING_FLAG: True},
               "0.5.17": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON,
-                         MARKED_ABORTS: True, LOGICAL_STATES: True},
-              "0.5.18": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON},
+                         PARALLEL_CONTEXT: False, MARKED_ABORTS: True, LOGICAL_STATES: True},
+              "0.5.18": {**_BEFORE_SESSIONS, **_UNVERSIONED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON,
+                         PARALLEL_CONTEXT: False},
               "0.5.19": {**_BEFORE_SESSIONS, **_UNMARKED, ABORT_WITHOUT_LAST_PASS: False, **_COMMON},
               "0.5.20": {**_BEFORE_SESSIONS, ABORT_WITHOUT_LAST_PASS: False, **_COMMON},
               "0.5.21": {**_WITH_SESSIONS, ABORT_WITHOUT_LAST_PASS: False, **_COMMON},

@@ -254,9 +254,11 @@ class Tracker:
             # (an abort-all reaches held requests, and one can pass the gate before the plugin
             # ends it): the same answer as for a held request the plugin ends.
             if not self.sglang.names.marked_abort(exc, obj):
+                self.drop_undispatched(obj)
                 raise
             out = None
         if out is None:
+            self.drop_undispatched(obj)
             yield self.sglang.aborted_before_dispatch(obj)
             return
         ended = False
@@ -286,6 +288,18 @@ class Tracker:
             entry = self.registry.get(one) if isinstance(one, str) else None
             if entry is not None and entry.dispatched:
                 self.sglang.abort(one)
+
+    def drop_undispatched(self, obj: Any) -> None:
+        """Delete the states *obj*'s requests still hold that never reached the scheduler, once
+        SGLang's generator has ended before dispatch (an error, or the plugin's end of a held
+        request): SGLang 0.5.12 and 0.5.13 never delete them there, 0.5.14 to 0.5.16 only on an
+        error, and no output would ever delete them, so the request would stay in flight. Where
+        SGLang has deleted them, nothing is left to do."""
+        rid = self.sglang.names.request_rid(obj)
+        for one in rid if isinstance(rid, list) else [rid]:
+            entry = self.registry.get(one) if isinstance(one, str) else None
+            if entry is not None and not entry.dispatched:
+                self.sglang.drop_state(one)
 
     async def _first_step(self, inner: AsyncIterator[dict], obj: Any) -> Optional[dict]:
         """The first output, or None when the request was aborted before it was dispatched."""
@@ -320,6 +334,7 @@ class Tracker:
             # last): as for a generator closed early, the scheduler must hear of it.
             self.abort_on_close(obj)
             step.cancel()
+            self.drop_undispatched(obj)
             raise
 
 

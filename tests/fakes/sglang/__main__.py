@@ -44,6 +44,9 @@ def main() -> None:
                              "RequestAbortedError before dispatch), its sends mark dispatch, its failure path aborts")
     parser.add_argument("--like-0.5.16", dest="like", action="store_const", const="0.5.16",
                         help="SGLang 0.5.16: as 0.5.18, and the weight version in the server args (no config values)")
+    parser.add_argument("--like-0.5.12", dest="like", action="store_const", const="0.5.12",
+                        help="SGLang 0.5.12: as 0.5.16 (with the streaming flag in the server args), no failure path "
+                             "(a request ended before dispatch keeps its state), loads as dataclasses")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     serving = SimpleNamespace(

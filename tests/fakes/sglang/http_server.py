@@ -211,12 +211,12 @@ def launch_server(server_args: Any) -> None:
 
     ``server_args.legacy_loads``: serve an older SGLang's ``/get_load`` instead of ``/v1/loads``.
     ``server_args.like``: the SGLang release whose TokenizerManager (and ``/get_load``) the fake
-    follows, ``0.5.19``, ``0.5.18``, ``0.5.17`` or ``0.5.16``; None for 0.5.23.
+    follows, ``0.5.19``, ``0.5.18``, ``0.5.17``, ``0.5.16`` or ``0.5.12``; None for 0.5.23.
     """
     import uvicorn
 
-    from .tokenizer_manager import (TokenizerManager, TokenizerManager0516, TokenizerManager0517, TokenizerManager0518,
-                                    TokenizerManager0519)
+    from .tokenizer_manager import (TokenizerManager, TokenizerManager0512, TokenizerManager0516, TokenizerManager0517,
+                                    TokenizerManager0518, TokenizerManager0519)
 
     like = getattr(server_args, "like", None)
     if like or getattr(server_args, "legacy_loads", False):
@@ -227,7 +227,7 @@ def launch_server(server_args: Any) -> None:
         from .auth import add_api_key_middleware
 
         add_api_key_middleware(app, server_args.api_key, server_args.admin_api_key)
-    tm = {"0.5.16": TokenizerManager0516, "0.5.17": TokenizerManager0517, "0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}.get(like, TokenizerManager)(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference,
+    tm = {"0.5.12": TokenizerManager0512, "0.5.16": TokenizerManager0516, "0.5.17": TokenizerManager0517, "0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}.get(like, TokenizerManager)(step_s=server_args.step_s, tokenize_s=server_args.tokenize_s, deterministic=server_args.enable_deterministic_inference,
                           dp_size=server_args.dp_size, aborted_answer_delay_s=server_args.aborted_answer_delay_s)
     set_global_state(_GlobalState(tokenizer_manager=tm))
     uvicorn.run(app, host=server_args.host, port=server_args.port, log_level="warning")

@@ -117,3 +117,37 @@ class BeginWeightUpdateReqInput:
 @dataclass
 class EndWeightUpdateReqInput:
     """``io_struct.py:2208-2209``."""
+
+
+@dataclass
+class QueueMetrics:
+    """0.5.12 ``io_struct.py:2005-2016``: one rank's queues (the fake fills the waiting one)."""
+
+    waiting: int
+    grammar: int = 0
+    paused: int = 0
+    retracted: int = 0
+
+
+@dataclass
+class GetLoadsReqOutput:
+    """0.5.12 ``io_struct.py:2041-2085``: one rank's loads before ``LoadSnapshot`` (0.5.13); the
+    sections a rank has not are None, and SGLang's ``/v1/loads`` leaves them and ``timestamp`` out."""
+
+    dp_rank: int
+    timestamp: float
+    num_running_reqs: int
+    num_waiting_reqs: int
+    num_used_tokens: int = 0
+    num_total_tokens: int = 0
+    max_total_num_tokens: int = 131072
+    token_usage: float = 0.0
+    gen_throughput: float = 0.0
+    cache_hit_rate: float = 0.0
+    utilization: float = 0.0
+    max_running_requests: int = 4096
+    memory: Optional[Any] = None
+    speculative: Optional[Any] = None
+    lora: Optional[Any] = None
+    disaggregation: Optional[Any] = None
+    queues: Optional[QueueMetrics] = None

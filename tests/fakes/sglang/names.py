@@ -11,6 +11,7 @@ from engine_plugins.engines.sglang.manifest import (
     CONFIG_VALUES,
     DISPATCH_MARK,
     ENGINE_WEIGHT_VERSION,
+    LOAD_SNAPSHOTS,
     LOGICAL_STATES,
     MANIFEST,
     MARKED_ABORTS,
@@ -24,15 +25,17 @@ from .io_struct import (BeginWeightUpdateReqInput, ContinueGenerationReqInput, E
                         PauseGenerationReqInput, UpdateWeightVersionReqInput)
 from . import tokenizer_manager as tm_module
 from .tokenizer_manager import (HEALTH_CHECK_RID_PREFIX, LoadSnapshot, ReqState, ReqState0517, TokenizerManager,
-                                TokenizerManager0515, TokenizerManager0516, TokenizerManager0517, TokenizerManager0518, TokenizerManager0519)
+                                TokenizerManager0512, TokenizerManager0515, TokenizerManager0516, TokenizerManager0517,
+                                TokenizerManager0518, TokenizerManager0519)
 
 # The TokenizerManager of each release the fake follows (the newest for any other).
-TOKENIZER_MANAGERS = {"0.5.15": TokenizerManager0515, "0.5.16": TokenizerManager0516, "0.5.17": TokenizerManager0517, "0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}
+TOKENIZER_MANAGERS = {"0.5.12": TokenizerManager0512, "0.5.15": TokenizerManager0515, "0.5.16": TokenizerManager0516,
+                      "0.5.17": TokenizerManager0517, "0.5.18": TokenizerManager0518, "0.5.19": TokenizerManager0519}
 
 
 def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames:
     """The fake's names; *serving* stands for SGLang's ``get_serving()`` bag (keys, flags).
-    *release*: the SGLang release the fake follows (0.5.23, 0.5.19, 0.5.18, 0.5.17, 0.5.16 or 0.5.15), whose features the
+    *release*: the SGLang release the fake follows (0.5.23, 0.5.19, 0.5.18, 0.5.17, 0.5.16, 0.5.15 or 0.5.12), whose features the
     manifest lists. Checked as SGLang's are, against the plugin's manifest."""
     features = MANIFEST.releases[release]
     names = SGLangNames(
@@ -40,7 +43,7 @@ def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames
         http_server=http_server,
         TokenizerManager=TOKENIZER_MANAGERS.get(release, TokenizerManager),
         ReqState=ReqState0517 if features[MARKED_ABORTS] else ReqState,
-        LoadSnapshot=LoadSnapshot,
+        LoadSnapshot=LoadSnapshot if features[LOAD_SNAPSHOTS] else None,
         GenerateReqInput=GenerateReqInput,
         UpdateWeightVersionReqInput=UpdateWeightVersionReqInput,
         PauseGenerationReqInput=PauseGenerationReqInput,
@@ -62,6 +65,7 @@ def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames
         streaming_flag=features[STREAMING_FLAG],
         RequestAbortedError=tm_module.RequestAbortedError if features[MARKED_ABORTS] else None,
         logical_states=features[LOGICAL_STATES],
+        load_snapshots=features[LOAD_SNAPSHOTS],
     )
     check_names(names)
     return names

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import types
 from typing import Any, AsyncIterator, Optional
 
 from .. import end_server_if_it_dies
 from .io_struct import (AbortReq, BeginWeightUpdateReqInput, ContinueGenerationReqInput, EndWeightUpdateReqInput, GenerateReqInput,
-                        PauseGenerationReqInput, TokenizedGenerateReqInput, UpdateWeightFromDiskReqInput,
-                        UpdateWeightsFromTensorReqInput, UpdateWeightVersionReqInput)
+                        GetLoadsReqOutput, PauseGenerationReqInput, QueueMetrics, TokenizedGenerateReqInput,
+                        UpdateWeightFromDiskReqInput, UpdateWeightsFromTensorReqInput, UpdateWeightVersionReqInput)
 from .dp_controller import FakeDataParallelController
 from .scheduler import BatchOut, FakeScheduler, WeightsCall, WeightVersionChange
 
@@ -394,6 +395,10 @@ class TokenizerManager0519(TokenizerManager):
     820-835: a dispatched one runs on in the scheduler), and every abort is sent (no ``abort_sent``,
     1964-1981)."""
 
+    failure_drops_states_on: tuple = (BaseException,)
+    """What the failure path catches to drop the states (``except BaseException``, 827): a
+    cancelled request's too. 0.5.14 to 0.5.16 catch ``Exception`` only, 0.5.12 and 0.5.13 nothing."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._past_gate = 0
@@ -416,7 +421,7 @@ class TokenizerManager0519(TokenizerManager):
                     yield response
             finally:
                 self._past_gate -= 1
-        except BaseException:
+        except self.failure_drops_states_on:
             self._discard_pending_req_states(obj)
             raise
 
@@ -607,8 +612,10 @@ class TokenizerManager0516(TokenizerManager0518):
     (``server_args.weight_version``, read at 1930 and 2804), set by ``server_args.override`` from
     the HTTP route (``entrypoints/http_server.py:1368-1392``) and after a successful weight update
     (``_update_weight_version_if_provided``, control mixin 891-897). The request path, aborts
-    and pauses are 0.5.18's."""
+    and pauses are 0.5.18's, but for the failure path, which drops the states on an ``Exception``
+    only (``except Exception``, 672): a request cancelled before dispatch keeps its state."""
 
+    failure_drops_states_on = (Exception,)
     config_value = _Absent()
     record_config_updates = _Absent()
 
@@ -636,3 +643,27 @@ class TokenizerManager0515(TokenizerManager0516):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.server_args.incremental_streaming_output = self.__dict__.pop("incremental_streaming_output")
+
+
+class TokenizerManager0512(TokenizerManager0515):
+    """SGLang 0.5.12's differences from 0.5.15 that the plugin meets (its
+    ``managers/tokenizer_manager.py`` and ``tokenizer_control_mixin.py``): ``generate_request``
+    has no failure path (516-560): a request that fails or is cancelled before dispatch keeps its
+    state for ever; ``get_loads`` returns ``io_struct.GetLoadsReqOutput`` dataclasses (control
+    mixin 808-848), not ``LoadSnapshot`` structs; and an abort echo for a rid it no longer holds
+    raises ``KeyError`` in the output loop (``_handle_abort_req``, 2420: 0.5.14 looks it up with
+    ``get``), which ends the server."""
+
+    failure_drops_states_on = ()
+
+    async def get_loads(self, include: Any = None, dp_rank: Optional[int] = None) -> list[GetLoadsReqOutput]:  # type: ignore[override]
+        """control mixin 808-848: one dataclass per rank, with its ``timestamp`` and the sections
+        it has not (None)."""
+        return [GetLoadsReqOutput(dp_rank=load.dp_rank, timestamp=time.time(), num_running_reqs=load.num_running_reqs,
+                                  num_waiting_reqs=load.num_waiting_reqs, queues=QueueMetrics(waiting=load.num_waiting_reqs))
+                for load in await super().get_loads(include, dp_rank)]
+
+    def _handle_abort_req(self, recv: AbortReq) -> None:
+        """2418-2421: the state is looked up by index."""
+        self.rid_to_state[recv.rid]  # KeyError for a rid already finished
+        super()._handle_abort_req(recv)
