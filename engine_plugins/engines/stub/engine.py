@@ -1,4 +1,5 @@
-"""The stub engine: requests generate one pseudo-random token every ``step_s`` seconds.
+"""The stub engine: requests generate pseudo-random tokens, the first at dispatch (the prefill),
+then one every ``step_s`` seconds.
 
 It behaves as a well-behaved engine should: requests are held while tokenizing and while
 paused, an abort reaches a request wherever it is, ``keep`` freezes running requests, and the
@@ -160,6 +161,9 @@ class StubEngine:
             seed = zlib.crc32(entry.rid.encode())
         rng = random.Random(seed)
         out = Generation(cached_tokens=cached_tokens)
+        # The first token comes with the prefill, in the turn that dispatched the request (as an
+        # engine's prefill pass yields it): a request seen running has a token to salvage.
+        prefill = True
         while True:
             if entry.aborted:
                 if self.release_delay_s:
@@ -170,7 +174,9 @@ class StubEngine:
             if self._paused == "keep":
                 await self._changed.wait()
                 continue
-            await asyncio.sleep(self.step_s)
+            if not prefill:
+                await asyncio.sleep(self.step_s)
+            prefill = False
             if entry.aborted or self._paused == "keep":
                 continue
             token = rng.randrange(EOS_TOKEN_ID + 1, self.vocab_size)
