@@ -270,10 +270,7 @@ async def test_a_held_request_sglang_0_5_17s_abort_marked_answers_as_aborted_not
     tm, tracker, stream = _tracked_request("0.5.17", "marked", stream=True)
     tm.is_pause = True
     first = asyncio.ensure_future(stream.__anext__())
-    for _ in range(100):
-        if tracker.registry.get("marked") is not None:
-            break
-        await asyncio.sleep(0.01)
+    await _until_tracked(tracker, "marked")
     tm.abort_request(abort_all=True)
     assert tm.rid_to_state["marked"].abort_requested
     await tm.continue_generation(tm_names("0.5.17").ContinueGenerationReqInput())
@@ -313,6 +310,14 @@ def _tracked_request(release: str, rid: str, stream: bool) -> tuple:
     obj = names.GenerateReqInput(rid=rid, input_ids=[1, 2, 3], stream=stream,
                                  sampling_params={"max_new_tokens": 2000, "ignore_eos": True})
     return tm, tracker, tracker.track(tm.generate_request(obj), obj)
+
+
+async def _until_tracked(tracker: Tracker, rid: str) -> None:
+    """Wait a few scheduler steps for *rid* to enter the tracker's registry (its generator started)."""
+    for _ in range(100):
+        if tracker.registry.get(rid) is not None:
+            return
+        await asyncio.sleep(0.01)
 
 
 async def _wait_until_gone(tm: Any, tracker: Tracker, rid: str) -> None:
@@ -432,10 +437,7 @@ async def test_a_held_request_the_plugin_ends_leaves_no_request_state(release):
     tm, tracker, stream = _tracked_request(release, "held", stream=True)
     tm.is_pause = True
     first = asyncio.ensure_future(stream.__anext__())
-    for _ in range(100):
-        if tracker.registry.get("held") is not None:
-            break
-        await asyncio.sleep(0.01)
+    await _until_tracked(tracker, "held")
     tracker.registry.get("held").aborted = True  # as the seam's abort marks a held request
     tracker.wake_held()
     out = await asyncio.wait_for(first, 5)
