@@ -6,6 +6,7 @@ checks also run on vLLM 0.24.0 (verl's pin, refused by the plugin) with its patc
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -15,7 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine_versions import PATCHED_TARGETS, SUPPORTED
+from engine_plugins.engines.probe import SourceResolver
+from engine_plugins.engines.vllm.manifest import ENGINE_WEIGHT_VERSION, MANIFEST
+from engine_versions import PATCHED_TARGETS, SUPPORTED, wheel_source
 
 from .conftest import patched_overlay
 from .native import Native
@@ -26,14 +29,21 @@ pytestmark = [pytest.mark.anyio, pytest.mark.patched_engine("vllm")]
 LONG = 1500
 RL_ROUTES = [("POST", "/abort_requests"), ("POST", "/pause"), ("POST", "/resume"), ("GET", "/is_paused"),
              ("POST", "/update_weight_version"), ("GET", "/weight_info"), ("GET", "/v1/loads")]
-# vLLM 0.26 and older keep no weight version: no such routes (docs/engine-notes.md).
+# Where the engine keeps no weight version (the manifest's feature: vLLM 0.26 and older), vLLM
+# has no routes for it (docs/engine-notes.md).
 VERSION_ROUTES = {"/update_weight_version", "/weight_info"}
+
+
+@functools.cache
+def _keeps_weight_version(release) -> bool:
+    """Whether *release*'s engine keeps a weight version: the static probe of its wheel."""
+    return MANIFEST.probe(SourceResolver(wheel_source(release))).features[ENGINE_WEIGHT_VERSION]
 
 
 def rl_routes(server) -> list[tuple[str, str]]:
     """The RL routes *server*'s release has."""
-    old = tuple(int(n) for n in server.release.version.split(".")[:2]) <= (0, 26)
-    return [(method, path) for method, path in RL_ROUTES if not (old and path in VERSION_ROUTES)]
+    versioned = _keeps_weight_version(server.release)
+    return [(method, path) for method, path in RL_ROUTES if versioned or path not in VERSION_ROUTES]
 
 
 async def test_the_plugin_is_not_loaded(patched_vllm):
