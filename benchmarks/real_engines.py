@@ -50,6 +50,10 @@ OVERHEAD_PAIRS = 3
 SLIME_SLEEP_S = 3.0
 VLLM_POLL_S = 0.1
 COUNTS = (8, 32, 128, 512)
+# Figure 10: figure 4 on the pinned SGLang (None) and on the releases the frameworks pin before
+# 0.5.19 (slime's 0.5.15; verl's and NeMo-RL's 0.5.12), where the plugin labels the tokens itself
+# and so has the scheduler send a non-streaming request's every token, not one output in 50.
+SGLANG_RELEASES = (None, "0.5.15", "0.5.12")
 # Connection pools for the generation requests (see Engine): 32 connections each at 512 in flight.
 GENERATION_POOLS = 16
 
@@ -134,6 +138,11 @@ class Engine:
         """Learn vLLM's model name."""
         if self.engine == "vllm":
             self.model = (await self.http.get("/v1/models")).json()["data"][0]["id"]
+
+    async def release(self) -> str:
+        """The engine's version, as its server reports it (SGLang ``/get_server_info``, vLLM ``/version``)."""
+        path = "/get_server_info" if self.engine == "sglang" else "/version"
+        return str((await self.http.get(path)).json()["version"])
 
     async def running(self) -> int:
         """Requests the engine itself counts (SGLang's ``/v1/loads``, vLLM's ``/metrics``)."""
@@ -247,10 +256,16 @@ async def throughput_round(e: Engine, n: int) -> dict:
 
 async def measure(engine: str, native: Engine, plugin: Engine, rounds: int, counts: tuple[int, ...], figures: set[int]) -> dict:
     """Every figure asked for, the rounds alternating between the two servers."""
-    out: dict[str, Any] = {"engine": engine, "rounds": rounds, "counts": list(counts), "abort": {}, "bump": {}, "overhead": {}}
+    out: dict[str, Any] = {"engine": engine, "release": await native.release(), "rounds": rounds, "counts": list(counts),
+                           "abort": {}, "bump": {}, "overhead": {}}
     for e in (native, plugin):
         await e.setup()
-        await abort_round(e, 2, "plugin" if e is plugin else "native")  # warm-up, not counted
+        # A warm-up, not counted; an abort round's needs the engine's own load counts, which an
+        # SGLang before 0.5.19 has no route for without the plugin.
+        if figures & {1, 2, 3}:
+            await abort_round(e, 2, "plugin" if e is plugin else "native")
+        else:
+            await throughput_round(e, 2)
     if figures & {1, 2}:
         for n in counts:
             steps = []
@@ -284,23 +299,24 @@ async def measure(engine: str, native: Engine, plugin: Engine, rounds: int, coun
 
 
 @contextlib.contextmanager
-def servers(engine: str):
+def servers(engine: str, version: Optional[str] = None):
     """The engine without the plugin and with it, both up (their :class:`EngineServer`); fails
-    loudly (the log tail) if either cannot start."""
+    loudly (the log tail) if either cannot start. *version*: another supported release than the
+    pinned one."""
     native_env = {"SGLANG_PLUGINS": "no_such_plugin"} if engine == "sglang" else {"VLLM_PLUGINS": "no_such_plugin", "VLLM_SERVER_DEV_MODE": "1"}
     plugin_env = {} if engine == "sglang" else {"VLLM_PLUGINS": "engine_plugins"}
     extra = ["--enable-metrics"] if engine == "sglang" else []
-    progress(f"starting {engine} without the plugin and with it")
-    with EngineServer(engine, REPO, api_key=KEY, env=native_env, extra_args=extra) as a, \
-            EngineServer(engine, REPO, api_key=KEY, env=plugin_env, extra_args=extra) as b:
+    progress(f"starting {engine} {version or '(pinned)'} without the plugin and with it")
+    with EngineServer(engine, REPO, api_key=KEY, env=native_env, extra_args=extra, version=version) as a, \
+            EngineServer(engine, REPO, api_key=KEY, env=plugin_env, extra_args=extra, version=version) as b:
         progress(f"{engine} servers up: {a.url} (no plugin), {b.url} (plugin)")
         yield a, b
 
 
-def run(engine: str, rounds: int, counts: tuple[int, ...], figures: set[int]) -> dict:
-    """Figures 1-4 on *engine*; the raw data."""
-    ensure_engine(engine, REPO)
-    with servers(engine) as (native_server, plugin_server):
+def run(engine: str, rounds: int, counts: tuple[int, ...], figures: set[int], version: Optional[str] = None) -> dict:
+    """Figures 1-4 on *engine* (the pinned release, or *version*); the raw data."""
+    ensure_engine(engine, REPO, version=version)
+    with servers(engine, version) as (native_server, plugin_server):
         async def go() -> dict:
             native = Engine(engine, native_server.url, False, native_server.process.pid)
             plugin = Engine(engine, plugin_server.url, True, plugin_server.process.pid)
@@ -312,17 +328,25 @@ def run(engine: str, rounds: int, counts: tuple[int, ...], figures: set[int]) ->
         return asyncio.run(go())
 
 
+def releases(rounds: int) -> list[dict]:
+    """Figure 10: figure 4 on each of SGLANG_RELEASES in turn (each with its two servers up at
+    once, the rounds alternating); the raw data, one entry per release."""
+    return [run("sglang", rounds, COUNTS, {4}, version) for version in SGLANG_RELEASES]
+
+
 def main() -> None:
-    """Figures 1-4 on one engine; writes ``benchmarks/results/real_<engine>.json``."""
+    """Figures 1-4 on one engine; writes ``benchmarks/results/real_<engine>.json`` (the pinned
+    release; another one's go to ``real_<engine>-<version>.json``)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("engine", choices=["sglang", "vllm"])
     parser.add_argument("--rounds", type=int, default=rounds_default())
     parser.add_argument("--counts", type=int, nargs="+", default=list(COUNTS))
     parser.add_argument("--figures", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--version", help="another supported release than the pinned one (its venv is built if needed)")
     args = parser.parse_args()
     stop_cleanly_on_sigterm()
-    data = run(args.engine, args.rounds, tuple(args.counts), set(args.figures))
-    write_json(f"real_{args.engine}", data)
+    data = run(args.engine, args.rounds, tuple(args.counts), set(args.figures), args.version)
+    write_json(f"real_{args.engine}" + (f"-{args.version}" if args.version else ""), data)
 
 
 if __name__ == "__main__":

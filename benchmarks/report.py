@@ -51,22 +51,28 @@ def bump_and_overhead_table(data: dict) -> str:
     return "\n".join(rows)
 
 
+def throughput_ratio(o: dict) -> tuple[dict[str, float], float, tuple[float, float]]:
+    """Figure 4's throughput: each way's median tokens/s, the median of the rounds' own plugin /
+    no-plugin ratios, and that median's 95% interval."""
+    ratios = [p["tokens_per_s"] / n["tokens_per_s"] for n, p in zip(o["native"], o["plugin"])]
+    tput = {w: _med([r["tokens_per_s"] for r in o[w]]) for w in ("native", "plugin")}
+    return tput, _med(ratios), median_interval(ratios)
+
+
+def cpu_per(o: dict, key: str, unit: str) -> dict[str, float]:
+    """Figure 4's CPU milliseconds *key* per *unit* (requests, tokens) for each way, over all
+    rounds: /proc counts CPU time in 10 ms ticks, a tenth of one round's."""
+    return {w: sum(r[key] for r in o[w]) / sum(r[unit] for r in o[w]) for w in ("native", "plugin")}
+
+
 def overhead_rows(o: dict) -> list[str]:
     """Figure 4: throughput (the median of the rounds' own ratios, with its 95% interval), the
     CPU time per request and per token, one short request."""
-    pairs = list(zip(o["native"], o["plugin"]))
-    ratios = [p["tokens_per_s"] / n["tokens_per_s"] for n, p in pairs]
-    low, high = median_interval(ratios)
-    tput = {w: _med([r["tokens_per_s"] for r in o[w]]) for w in ("native", "plugin")}
-    rows = [f"| 4. throughput, {o['requests']} requests (tokens/s, median of {len(pairs)} rounds) | {tput['native']:.0f} "
-            f"| {tput['plugin']:.0f} | {_med(ratios):.3f} (95% interval {low:.3f}-{high:.3f}) |"]
+    tput, ratio, (low, high) = throughput_ratio(o)
+    rows = [f"| 4. throughput, {o['requests']} requests (tokens/s, median of {len(o['native'])} rounds) | {tput['native']:.0f} "
+            f"| {tput['plugin']:.0f} | {ratio:.3f} (95% interval {low:.3f}-{high:.3f}) |"]
     if all("api_cpu_ms" in r for r in o["native"] + o["plugin"]):
-        # Over all rounds: /proc counts CPU time in 10 ms ticks, a tenth of one round's.
-        def per(key: str, unit: str, way: str) -> float:
-            return sum(r[key] for r in o[way]) / sum(r[unit] for r in o[way])
-
-        api = {w: per("api_cpu_ms", "requests", w) for w in ("native", "plugin")}
-        per_token = {w: per("all_cpu_ms", "tokens", w) for w in ("native", "plugin")}
+        api, per_token = cpu_per(o, "api_cpu_ms", "requests"), cpu_per(o, "all_cpu_ms", "tokens")
         rows.append(f"| 4. the API server's CPU per request (ms, all rounds) | {api['native']:.2f} | {api['plugin']:.2f} "
                     f"| {api['plugin'] - api['native']:+.2f} ms |")
         rows.append(f"| 4. all the server's CPU per generated token (ms, all rounds) | {per_token['native']:.3f} "
@@ -168,6 +174,19 @@ def _save(fig, name: str) -> Path:
     return path
 
 
+def releases_table(data: list[dict]) -> str:
+    """Figure 10: figure 4 per SGLang release (throughput and CPU per token, plugin / no plugin)."""
+    rows = ["| release | throughput, no plugin / plugin (tokens/s, median) | plugin / no plugin (95% interval) "
+            "| the API server's CPU per request, no plugin / plugin (ms) | all the server's CPU per token, plugin / no plugin |", "|---|---|---|---|---|"]
+    for figure in data:
+        o = figure["overhead"]
+        tput, ratio, (low, high) = throughput_ratio(o)
+        api, per_token = cpu_per(o, "api_cpu_ms", "requests"), cpu_per(o, "all_cpu_ms", "tokens")
+        rows.append(f"| {figure['release']} | {tput['native']:.0f} / {tput['plugin']:.0f} | {ratio:.3f} "
+                    f"({low:.3f}-{high:.3f}) | {api['native']:.2f} / {api['plugin']:.2f} | {per_token['plugin'] / per_token['native']:.3f} |")
+    return "\n".join(rows)
+
+
 def markdown(command: Optional[str] = None) -> str:
     """Every table, with the machine and the command."""
     parts = ["# Benchmark results", "",
@@ -221,6 +240,12 @@ def sections() -> dict[str, str]:
                       step_boundary.table(figure), "", "What failed first, per row and kind:", "",
                       *(step_boundary.first_failures(figure) or ["- nothing"])]
         out["step_boundary"] = parts
+    releases = read_json("sglang_releases")
+    if releases:
+        o = releases[0]["overhead"]
+        out["sglang_releases"] = [f"## Figure 10: SGLang's figure 4 per release ({o['requests']} requests, "
+                                  f"{len(o['native'])} rounds alternating per release)",
+                                  "", releases_table(releases)]
     return {name: "\n".join(parts) for name, parts in out.items()}
 
 

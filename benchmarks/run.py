@@ -3,12 +3,14 @@ and plots in ``benchmarks/results/``.
 
     BENCH_FIGURES=5,6 BENCH_ROUNDS=3 make bench     # a quick run: the stub figures only
     make bench                                      # everything, 10 rounds (about 25 minutes here
-                                                    # for figures 1-8; figure 9 adds about 11)
+                                                    # for figures 1-8; figure 9 adds about 11,
+                                                    # figure 10 about 7)
 
 Figures 1-4 start SGLang and then vLLM (both without and with the plugin), figure 7 vLLM with one
 and then two API processes, figure 8 each engine with the prefix cache scoped by weight version and
 not, figure 9 each engine without the plugin and with it (both up at once), each RL framework's
-step boundary side by side with the contract's weight swap. A real-engine figure holds
+step boundary side by side with the contract's weight swap, figure 10 figure 4 on SGLang's pinned
+release and on two older ones the frameworks pin. A real-engine figure holds
 ``BENCH_LOCK`` (a file, when set) while its servers run, so that it never shares the machine with
 another real-engine run. An engine that cannot start stops the run with its log tail.
 """
@@ -26,7 +28,7 @@ from typing import Iterator
 from . import fleets, prefix_cache, real_engines, report, step_boundary, stub_scaling, vllm_api_servers
 from .common import stop_cleanly_on_sigterm, progress, rounds_default, write_json
 
-ALL = (5, 6, 1, 2, 3, 4, 7, 8, 9)
+ALL = (5, 6, 1, 2, 3, 4, 7, 8, 9, 10)
 
 
 @contextlib.contextmanager
@@ -82,6 +84,9 @@ def main() -> None:
             with real_engine_lock():
                 figure.append(step_boundary.run(engine, args.rounds))
         write_json("step_boundary", figure)
+    if 10 in figures:
+        with real_engine_lock():
+            write_json("sglang_releases", real_engines.releases(args.rounds))
     command = f"BENCH_FIGURES={','.join(map(str, sorted(figures)))} BENCH_ROUNDS={args.rounds} make bench"
     for path in report.write(command):
         progress(f"wrote {path}")

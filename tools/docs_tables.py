@@ -91,7 +91,7 @@ def benchmark_tables() -> dict[str, Callable[[], str]]:
         return make
 
     return {f"bench/{name}": section(name) for name in
-            ("real_sglang", "real_vllm", "stub_scaling", "fleets", "vllm_api_servers", "prefix_cache", "step_boundary")}
+            ("real_sglang", "real_vllm", "stub_scaling", "fleets", "vllm_api_servers", "prefix_cache", "step_boundary", "sglang_releases")}
 
 
 def blocks() -> dict[str, Callable[[], str]]:
