@@ -116,7 +116,8 @@ def test_the_startup_log_names_the_version_and_its_shims(target):
     else:
         # A fake names itself: "SGLang 0.5.19 (engine_plugins fake): contract mounted".
         assert re.search(rf"SGLang {re.escape(version)}( \(engine_plugins fake\))?: contract mounted", log)
-        assert f"shims: none (supported: SGLang {SGLANG.supported})" in log
+        shims = SGLANG.shims(ProbeReport(features=features))
+        assert f"shims: {'; '.join(shims) or 'none'} (supported: SGLang {SGLANG.supported})" in log
         for feature in SGLANG.features:
             assert (feature.shim in log) == (features[feature.key] == feature.on_presence), feature.key
 

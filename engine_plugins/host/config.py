@@ -95,6 +95,10 @@ class Settings:
     scope_prefix_cache: bool = True
     """ENGINE_PLUGINS_SCOPE_PREFIX_CACHE: key every request's prefix cache by the weight version it was
     admitted under, so that no request reuses KV computed under other weights (default true)."""
+    exact_token_versions: bool = True
+    """ENGINE_PLUGINS_EXACT_TOKEN_VERSIONS: SGLang before 0.5.19, where the plugin labels each token's
+    weight version as its output arrives: have the scheduler send a non-streaming request's every
+    token, so that each label is exact (default true); false keeps SGLang's one output per 50 tokens."""
 
 
 _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
@@ -109,6 +113,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "require_key": ("ENGINE_PLUGINS_REQUIRE_KEY", _bool),
     "abort_settle_s": ("ENGINE_PLUGINS_ABORT_SETTLE_S", _positive_seconds),
     "scope_prefix_cache": ("ENGINE_PLUGINS_SCOPE_PREFIX_CACHE", _bool),
+    "exact_token_versions": ("ENGINE_PLUGINS_EXACT_TOKEN_VERSIONS", _bool),
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}
 
@@ -128,6 +133,7 @@ MEANINGS: dict[str, str] = {
     "ENGINE_PLUGINS_REQUIRE_KEY": "refuse to start without an API key (the engine's or `ENGINE_PLUGINS_API_KEY`); by default a keyless server serves and says so in its startup log",
     "ENGINE_PLUGINS_ABORT_SETTLE_S": "how long an abort sent without `wait` (`/abort_requests` without the field, as vLLM's callers send it; SGLang's own `/abort_request`) waits for the requests it covered to be released before it answers",
     "ENGINE_PLUGINS_SCOPE_PREFIX_CACHE": "salt every request's prefix cache with the weight version it was admitted under, so that no request reuses KV computed before a bump",
+    "ENGINE_PLUGINS_EXACT_TOKEN_VERSIONS": "SGLang before 0.5.19 only, where the plugin labels each token's weight version as it reaches the API process: have the scheduler send a non-streaming request's every token, so that every label is exact. `false` keeps SGLang's one output per 50 tokens and the throughput that costs (14-16% on the CPU model, figure 10 of docs/benchmarks.md); a native non-streaming answer's `weight_versions` may then put up to 49 tokens made before a version change under the new version (the contract's `/partial_generate` streams, and stays exact)",
 }
 assert set(MEANINGS) == set(ENV_VARS)
 

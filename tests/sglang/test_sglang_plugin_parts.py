@@ -363,6 +363,18 @@ def test_before_0_5_19_the_scheduler_sends_a_non_streaming_requests_tokens_as_it
     assert tokenized.stream is streamed
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_exact_token_versions_false_leaves_a_non_streaming_request_to_sglangs_own_cadence(exact):
+    # ENGINE_PLUGINS_EXACT_TOKEN_VERSIONS=false: the per-token sends (and their cost) are off.
+    names = tm_names("0.5.18")
+    hooks = {}
+    names.HookRegistry = types.SimpleNamespace(register=lambda target, hook, kind: hooks.setdefault(target.rsplit(".", 1)[-1], hook))
+    register_hooks(names, exact_token_versions=exact)
+    tokenized = types.SimpleNamespace(rid="r", stream=False)
+    assert hooks["_create_tokenized_object"](lambda tm, *args: tokenized, names.TokenizerManager()) is tokenized
+    assert tokenized.stream is exact
+
+
 def _bump_0518(names: Any, tracker: Tracker, version: str, source: str = "http.update_weight_version") -> None:
     """A change of 0.5.18's weight version through its config value, with the plugin's hook (no
     hook registry here: the hook is called as SGLang's registry would)."""

@@ -47,6 +47,7 @@ def test_values_are_parsed():
         ("ENGINE_PLUGINS_ABORT_ON_WEIGHT_VERSION", "maybe"),
         ("ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES", "2"),
         ("ENGINE_PLUGINS_TRACE", "verbose"),
+        ("ENGINE_PLUGINS_EXACT_TOKEN_VERSIONS", "exact"),
     ],
 )
 def test_a_bad_value_names_its_variable(var, value):

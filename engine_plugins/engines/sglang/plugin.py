@@ -108,7 +108,7 @@ def install(names: SGLangNames) -> None:
         return control
 
     stack = assemble(get_control, names.api_keys)
-    hooks = register_hooks(names, stack.settings.scope_prefix_cache)
+    hooks = register_hooks(names, stack.settings.scope_prefix_cache, stack.settings.exact_token_versions)
     hooks.originals.update(register_weight_update_hooks(names, _weight_updates(names, stack)))
 
     def check_launch(original: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
@@ -179,7 +179,7 @@ def _log_startup(names: SGLangNames, stack: PluginStack, report: MountReport, ho
     hooked = ", ".join([*hooks.targets(), "http_server.launch_server"])
     lines = [
         f"engine_plugins: SGLang {names.version}: contract mounted; settings {describe(stack.settings)}; "
-        f"shims: none (supported: SGLang {MANIFEST.supported}){''.join('; ' + n for n in names.notes)}",
+        f"shims: {'; '.join(names.notes) or 'none'} (supported: SGLang {MANIFEST.supported})",
         *report.lines(),
         f"engine_plugins: hooks registered with SGLang's HookRegistry (applied once plugins have loaded): {hooked}",
     ]

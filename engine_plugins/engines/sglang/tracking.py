@@ -379,10 +379,11 @@ async def _refuse(message: str) -> AsyncIterator[dict]:
     yield {}  # pragma: no cover - makes this an async generator
 
 
-def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True) -> RegisteredHooks:
+def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True, exact_token_versions: bool = True) -> RegisteredHooks:
     """Register the TokenizerManager hooks with SGLang's hook registry, which applies them once
     every plugin has loaded (and only once per process). *scope_prefix_cache*: salt every
-    request's prefix cache by the version it was admitted under."""
+    request's prefix cache by the version it was admitted under. *exact_token_versions*: where
+    the plugin labels the tokens, have the scheduler send each one as it is made."""
 
     def after_init(result: Any, tm: Any, *args: Any, **kwargs: Any) -> None:
         tracker_for(names, tm, scope_prefix_cache)
@@ -392,7 +393,8 @@ def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True) -> Regis
         # the last point where the tokenized request's extra_key still reaches the radix cache.
         tokenized = original(tm, *args, **kwargs)
         names.scope_prefix_cache(tokenized, tracker_for(names, tm).cache_salt)
-        names.send_every_token(tokenized)
+        if exact_token_versions:
+            names.send_every_token(tokenized)
         return tokenized
 
     def generate_request(original: Any, tm: Any, obj: Any, request: Any = None) -> AsyncIterator[dict]:
