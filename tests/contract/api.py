@@ -114,6 +114,16 @@ class Api:
         return await self.wait_for(f"{n} requests {'running' if running else 'in flight'}", arrived)
 
 
+def native_body(max_new_tokens: int, rid: str, stream: bool = False) -> dict:
+    """A native SGLang /generate request, as RL frameworks send it (token ids, ignore_eos)."""
+    return {
+        "rid": rid,
+        "input_ids": [1, 15, 27, 33, 41],
+        "stream": stream,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True},
+    }
+
+
 def engine_of(target: Target) -> Optional[str]:
     """``sglang`` or ``vllm`` for an engine's target (real or fake), None for the stub."""
     return next((e for e in ("sglang", "vllm") if target.name.startswith(e)), None)

@@ -6,18 +6,9 @@ import uuid
 
 import pytest
 
-from contract.api import Api, total_reqs
+from contract.api import Api, native_body, total_reqs
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub")]
-
-
-def native_body(max_new_tokens: int, rid: str) -> dict:
-    """A native /generate request, as RL frameworks send it (token ids, ignore_eos)."""
-    return {
-        "rid": rid,
-        "input_ids": [1, 15, 27, 33, 41],
-        "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True},
-    }
 
 
 # SGLang 0.5.17 and 0.5.18 label no tokens: there the spans are the plugin's, and must look the same.

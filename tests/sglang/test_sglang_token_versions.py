@@ -11,26 +11,19 @@ import uuid
 
 import pytest
 
-from contract.api import Api
+from contract.api import Api, native_body
+from fakes.sglang.scheduler import FORCE_STREAM_INTERVAL
 from targets_sglang import sglang_fake_server, sglang_real_server
 
 pytestmark = pytest.mark.anyio
 
-# SGLang's SGLANG_FORCE_STREAM_INTERVAL default: a non-streaming request's outputs come every 50 tokens.
-FORCE_STREAM_INTERVAL = 50
 TOKENS = 400
 OFF = {"ENGINE_PLUGINS_EXACT_TOKEN_VERSIONS": "false"}
 
 
-def body(rid: str, stream: bool) -> dict:
-    """A native /generate of TOKENS tokens."""
-    return {"rid": rid, "input_ids": [1, 15, 27, 33, 41], "stream": stream,
-            "sampling_params": {"max_new_tokens": TOKENS, "ignore_eos": True}}
-
-
 async def stream_until(api: Api, rid: str, tokens: int, reached: asyncio.Event) -> None:
     """A streaming /generate; sets *reached* once it has *tokens* tokens, and reads it to its end."""
-    async with api.http.stream("POST", "/generate", json=body(rid, stream=True)) as response:
+    async with api.http.stream("POST", "/generate", json=native_body(TOKENS, rid, stream=True)) as response:
         assert response.status_code == 200
         async for line in response.aiter_lines():
             if line.startswith("data:") and line != "data: [DONE]":
@@ -49,7 +42,7 @@ async def changes_at_sglangs_cadence(target) -> None:
         # Both in one batch: when the streaming one has 130 tokens, the other has made as
         # many, and two of its outputs (100 tokens) have reached the API process.
         streaming = asyncio.create_task(stream_until(api, f"s-{uuid.uuid4().hex}", 130, reached))
-        plain = asyncio.create_task(api.post("/generate", body(f"n-{uuid.uuid4().hex}", stream=False)))
+        plain = asyncio.create_task(api.post("/generate", native_body(TOKENS, f"n-{uuid.uuid4().hex}")))
         await asyncio.wait_for(reached.wait(), timeout=120)
         await api.ok("POST", "/update_weight_version", {"new_version": new})
         response = await plain
@@ -72,5 +65,5 @@ async def test_with_exact_token_versions_off_a_non_streaming_request_changes_ver
 
 @pytest.mark.real
 async def test_with_exact_token_versions_off_a_real_sglang_0_5_15_keeps_its_own_cadence(tmp_path):
-    with sglang_real_server(tmp_path, env=OFF, version="0.5.15", name="sglang@0.5.15") as target:
+    with sglang_real_server(tmp_path, env=OFF, version="0.5.15") as target:
         await changes_at_sglangs_cadence(target)
