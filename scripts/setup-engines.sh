@@ -39,6 +39,13 @@
 # Any failing command stops the script with a message naming that command and what to do.
 set -Eeuo pipefail
 
+# The same venvs whatever runs this: a caller's PYTHONPATH, VIRTUAL_ENV or pip settings that change
+# what is installed never reach the engines' interpreters or their pip (scripts/clean-env.sh).
+if [[ -z ${ENGINE_PLUGINS_SETUP_CLEAN:-} ]]; then
+  exec "$(dirname "${BASH_SOURCE[0]}")/clean-env.sh" env ENGINE_PLUGINS_SETUP_CLEAN=1 bash "${BASH_SOURCE[0]}" "$@"
+fi
+unset ENGINE_PLUGINS_SETUP_CLEAN
+
 # Bump to force every venv to be rebuilt (change of build steps, not of comments).
 SCRIPT_VERSION=1
 # Small libraries the plugin imports inside the engine process. Both engines already ship

@@ -68,3 +68,26 @@ def test_the_setup_script_passes_no_pip_option_through_a_shared_array():
     # its own options, so that the test above sees them.
     text = (REPO / "scripts" / "setup-engines.sh").read_text()
     assert not re.search(r"pip\"?\s+\w+[^\n]*\"\$\{[A-Z_]*FLAGS", text)
+
+
+def test_the_engine_set_up_sees_no_python_path_venv_or_install_changing_pip_variable_of_its_caller():
+    """``make demo`` runs the set-up with PYTHONPATH at the checkout, whose egg-info then looked like
+    a half-installed engine-plugins to the vLLM venv's ``pip check``: the set-up runs in an
+    environment of its own."""
+    leaking = {"PYTHONPATH": str(REPO), "PYTHONHOME": "/nowhere", "VIRTUAL_ENV": str(REPO / ".venv"),
+               "PIP_USER": "1", "PIP_NO_DEPS": "1", "PIP_TARGET": "/tmp/x", "ENGINE_PLUGINS_ROUTE_PREFIX": "/x"}
+    kept = {"PIP_FIND_LINKS": "/opt/wheels", "PIP_CACHE_DIR": "/tmp/pip-cache", "XDG_CACHE_HOME": "/tmp/cache",
+            "ENGINE_PLUGINS_ENGINES_DIR": "/tmp/engines", "HOME": "/root", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([str(REPO / "scripts" / "clean-env.sh"), "env"], env={**leaking, **kept},
+                          capture_output=True, text=True, check=True)
+    seen = dict(line.split("=", 1) for line in done.stdout.splitlines())
+    assert seen == kept
+
+
+def test_the_engine_set_up_runs_itself_in_that_environment():
+    text = (REPO / "scripts" / "setup-engines.sh").read_text()
+    code = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    first = next(i for i, line in enumerate(code) if "clean-env.sh" in line)
+    # Before anything else the script does (only `set` comes earlier).
+    assert all(line.strip() in ("", "set -Eeuo pipefail") or line.startswith("if [[ -z ${ENGINE_PLUGINS_SETUP_CLEAN")
+               for line in code[1:first]), code[:first]
