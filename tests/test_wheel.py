@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 from targets import REPO
 
@@ -13,8 +14,9 @@ from targets import REPO
 NOT_SOURCE = (".git", ".venv", ".engines", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis")
 
 
-def _build_wheel(tmp_path) -> zipfile.ZipFile:
-    """``pip wheel --no-deps`` of a copy of the checkout (so that the build leaves nothing in it)."""
+def build_wheel(tmp_path) -> Path:
+    """``pip wheel --no-deps`` of a copy of the checkout (so that the build leaves nothing in it):
+    the wheel's path."""
     source = tmp_path / "source"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SOURCE), symlinks=True)
     # No build isolation: the test extra brings setuptools (with bdist_wheel), so nothing is fetched.
@@ -23,11 +25,11 @@ def _build_wheel(tmp_path) -> zipfile.ZipFile:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     [wheel] = (tmp_path / "dist").glob("engine_plugins-*.whl")
-    return zipfile.ZipFile(wheel)
+    return wheel
 
 
 def test_the_wheel_holds_the_package_and_no_test_code(tmp_path):
-    names = _build_wheel(tmp_path).namelist()
+    names = zipfile.ZipFile(build_wheel(tmp_path)).namelist()
     packaged = [n for n in names if ".dist-info/" not in n]
     assert "engine_plugins/engines/sglang/plugin.py" in packaged and "engine_plugins/engines/vllm/plugin.py" in packaged
     assert all(n.startswith("engine_plugins/") for n in packaged), [n for n in packaged if not n.startswith("engine_plugins/")]

@@ -17,6 +17,7 @@ import httpx
 
 from engine_plugins.client.errors import ServerError
 from engine_plugins.client.http1 import Http1Client, Lost, Reply, TimedOut, Unreachable, encode_query
+from engine_plugins.contract.schema import CONTRACT_HEADER
 
 # Below the engines' 5 s keep-alive timeout: reusing a connection the server is closing fails.
 KEEPALIVE_EXPIRY_S = 2.0
@@ -33,9 +34,18 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def client_headers(api_key: Optional[str] = None) -> dict[str, str]:
+    """The headers of every call: the bearer key (if any), and the contract's header, which asks
+    an engine's own route that shares a contract path for the contract's fuller answer."""
+    headers = {CONTRACT_HEADER: "1"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
 def make_http_client(api_key: Optional[str] = None, max_connections: int = 256) -> httpx.AsyncClient:
-    """An httpx client with the bearer key (if any) and loopback-friendly connection limits."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    """An httpx client with :func:`client_headers` and loopback-friendly connection limits."""
+    headers = client_headers(api_key)
     return httpx.AsyncClient(
         headers=headers,
         verify=_tls_context(),
@@ -47,8 +57,8 @@ def make_http_client(api_key: Optional[str] = None, max_connections: int = 256) 
 
 
 def make_control_client(api_key: Optional[str] = None) -> Http1Client:
-    """This package's HTTP/1.1 client with the bearer key (if any), for any number of servers."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    """This package's HTTP/1.1 client with :func:`client_headers`, for any number of servers."""
+    headers = client_headers(api_key)
     return Http1Client(headers, keepalive_expiry_s=KEEPALIVE_EXPIRY_S, tls=_tls_context)
 
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 class ContractError(Exception):
     """A request the contract refuses: sent to the client as ``status`` with ``message``."""
 
-    def __init__(self, status: int, message: str, type_: str = "invalid_request") -> None:
+    def __init__(self, status: int, message: str, type_: str = "invalid_request", param: Optional[str] = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type_
+        self.param = param
+        """Where the problem is, as FastAPI locates it (``body.new_version``, ``query.mode``), or None."""
 
 
 class StartupError(RuntimeError):

@@ -352,15 +352,26 @@ class WeightSwapResult(_Response):
 
 
 class ErrorBody(BaseModel):
-    """The ``error`` object of every 4xx/5xx answer."""
+    """The ``error`` object of every 4xx/5xx answer: vLLM's ``ErrorInfo`` fields, with the
+    contract's ``type`` words (on the paths vLLM serves too, vLLM's: docs/contract.md, "Errors")."""
 
     message: str
     type: str
+    param: Optional[str] = None
+    """Where the problem is, as FastAPI locates it (``body.new_version``, ``query.mode``), or null."""
+    code: Optional[int] = None
+    """The HTTP status."""
 
 
-def error_body(message: str, type_: str) -> dict[str, Any]:
-    """The JSON of an error answer: ``{"error": {"message", "type"}}``."""
-    return {"error": ErrorBody(message=message, type=type_).model_dump()}
+def error_body(message: str, type_: str, param: Optional[str] = None, code: Optional[int] = None) -> dict[str, Any]:
+    """The JSON of an error answer: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": ErrorBody(message=message, type=type_, param=param, code=code).model_dump()}
+
+
+CONTRACT_HEADER = "X-Engine-Plugins-Contract"
+"""A client that reads the contract's answers sends this header (value ``1``). On an engine's own
+route whose answer the engine's clients compare for equality (vLLM's ``/update_weight_version``),
+only such a client gets the contract's fuller answer; every other caller gets the engine's."""
 
 
 LoadsResult.model_rebuild()  # its weight_swap is defined after it

@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from engine_plugins.host.config import Settings, load_settings
 from engine_plugins.core.control import RolloutControl
 from engine_plugins.host.dispatch import Hooks
-from engine_plugins.host.http_api import build_router
+from engine_plugins.host.http_api import EngineAnswers, build_router
 from engine_plugins.host.plugins import make_plugin_manager
 
 
@@ -29,17 +29,17 @@ def assemble(
     get_control: Callable[[], Optional[RolloutControl]],
     engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
     settings: Optional[Settings] = None,
-    answer_fields: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    engine_answers: Optional[Mapping[str, EngineAnswers]] = None,
 ) -> PluginStack:
     """Build the stack for an engine whose control *get_control* returns once it is up.
 
     Reads the environment unless *settings* is given, so a bad ``ENGINE_PLUGINS_*`` value or a
     broken third-party plugin stops the engine here, at startup. The control's own aborts (pause,
     version bumps) go through the ``abort`` hook from the first contract call on.
-    *answer_fields*: fields the engine's own routes answer that the contract's routes of the
-    same path add (see :func:`~engine_plugins.host.http_api.build_router`).
+    *engine_answers*: how the engine's own routes of the contract's paths answer (see
+    :func:`~engine_plugins.host.http_api.build_router`).
     """
     settings = settings or load_settings()
     pm = make_plugin_manager(settings)
     hooks = Hooks(pm, get_control, trace_calls=settings.trace)
-    return PluginStack(settings=settings, pm=pm, router=build_router(hooks, settings, engine_api_keys, answer_fields=answer_fields), hooks=hooks)
+    return PluginStack(settings=settings, pm=pm, router=build_router(hooks, settings, engine_api_keys, engine_answers=engine_answers), hooks=hooks)

@@ -13,7 +13,7 @@ import hmac
 import json
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Optional, Type
 
 from fastapi import APIRouter, Request
@@ -25,6 +25,7 @@ from engine_plugins.host.config import Settings
 from engine_plugins.host.dispatch import INTERNAL_ERROR, Hooks, PluginError
 from engine_plugins.contract.errors import ContractError, shown
 from engine_plugins.contract.schema import (
+    CONTRACT_HEADER,
     INT32_MAX,
     AbortRequest,
     PartialGenerateRequest,
@@ -45,6 +46,39 @@ class ContractRoute:
     path: str
     method: str
     handler: Callable[["RouteContext", Request], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class EngineAnswers:
+    """How an engine's own route of a contract path answers, kept where the contract's route takes
+    its place, so that the engine's callers (and its own tests) see the engine's route."""
+
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    """Fields the engine's route answers, added to the contract's answer."""
+    only: Optional[tuple[str, ...]] = None
+    """The engine's exact answer, for a caller that does not send :data:`CONTRACT_HEADER`: these
+    fields of the contract's answer alone (the engine's clients compare the body for equality)."""
+    error_type: Optional[Callable[[int], str]] = None
+    """The engine's error ``type`` for an HTTP status, in place of the contract's word."""
+
+    def answer(self, request: Request, answer: Any) -> Any:
+        """The contract's *answer* as this route gives it to *request*'s caller."""
+        if not isinstance(answer, dict):
+            return answer
+        if self.fields:
+            answer = {**self.fields, **answer}
+        if self.only is not None and request.headers.get(CONTRACT_HEADER) != "1":
+            answer = {k: answer[k] for k in self.only if k in answer}
+        return answer
+
+    def error(self, message: str, type_: str, status: int, param: Optional[str] = None) -> JSONResponse:
+        """An error answer in the contract's shape, with the engine's ``type`` where it has its own."""
+        shown_type = self.error_type(status) if self.error_type is not None else type_
+        return JSONResponse(error_body(message, shown_type, param, status), status_code=status)
+
+
+CONTRACT_ANSWERS = EngineAnswers()
+"""A contract route no engine route shares: the contract's answers as they are."""
 
 
 @dataclass(frozen=True)
@@ -116,11 +150,17 @@ def _parse(raw: bytes, model: Type[BaseModel]) -> Any:
                 f"(no field takes an integer past {INT32_MAX})"
             ) from None
     if not isinstance(data, dict):
-        raise ContractError(400, f"the body must be a JSON object, not {type(data).__name__}")
+        raise ContractError(400, f"the body must be a JSON object, not {type(data).__name__}", param="body")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ContractError(400, describe_validation_error(exc)) from None
+        raise ContractError(400, describe_validation_error(exc), param=problem_location(exc)) from None
+
+
+def problem_location(exc: ValidationError) -> str:
+    """The first problem's place as FastAPI names it in vLLM's errors: ``body.<field path>``."""
+    loc = exc.errors()[0]["loc"] if exc.errors() else ()
+    return ".".join(["body", *(str(part) for part in loc)])
 
 
 def _too_large(what: str, max_bytes: int) -> ContractError:
@@ -239,18 +279,19 @@ async def _pause(ctx: RouteContext, request: Request) -> Any:
     query_mode = request.query_params.get("mode")
     if query_mode is not None:
         if query_mode not in _PAUSE_MODES:
-            raise ContractError(400, f"mode: expected 'abort', 'keep' or 'wait' (got {shown(query_mode)})")
+            raise ContractError(400, f"mode: expected 'abort', 'keep' or 'wait' (got {shown(query_mode)})", param="query.mode")
         if "mode" in body.model_fields_set and body.mode != query_mode:
-            raise ContractError(400, f"mode: the query says {shown(query_mode)} but the body says {body.mode!r}")
+            raise ContractError(400, f"mode: the query says {shown(query_mode)} but the body says {body.mode!r}", param="query.mode")
         mode = query_mode
     clear_cache = body.clear_cache
     query_clear = request.query_params.get("clear_cache")
     if query_clear is not None:
         value = query_clear.strip().lower()
         if value not in _QUERY_TRUE + _QUERY_FALSE:
-            raise ContractError(400, f"clear_cache: expected true or false (got {shown(query_clear)})")
+            raise ContractError(400, f"clear_cache: expected true or false (got {shown(query_clear)})", param="query.clear_cache")
         if clear_cache is not None and clear_cache != (value in _QUERY_TRUE):
-            raise ContractError(400, f"clear_cache: the query says {shown(query_clear)} but the body says {clear_cache!r}")
+            raise ContractError(400, f"clear_cache: the query says {shown(query_clear)} but the body says {clear_cache!r}",
+                                param="query.clear_cache")
         clear_cache = value in _QUERY_TRUE
     return answer_json(
         await ctx.hooks.call("pause", request, mode=mode, timeout_s=ctx.settings.abort_timeout_s, clear_cache=clear_cache)
@@ -316,17 +357,17 @@ def build_router(
     hooks: Hooks,
     settings: Settings,
     engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
-    answer_fields: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    engine_answers: Optional[Mapping[str, EngineAnswers]] = None,
 ) -> APIRouter:
     """An APIRouter with every contract route under ``settings.route_prefix``.
 
     Each route checks the API key (the engine's own keys, else ``ENGINE_PLUGINS_API_KEY``; read
     per request since the engine may configure them after the plugin loads), calls its hook and
     answers JSON. A :class:`ContractError` becomes its status; a plugin's failure a logged 500
-    naming the plugin; anything else a logged 500. *answer_fields*: per contract path, fields
-    added to each answer (an engine's own route of that path answers them).
+    naming the plugin; anything else a logged 500. *engine_answers*: per contract path, how the
+    engine's own route of that path answers (its fields, its exact answer, its error type).
     """
-    return build_routes(hooks, settings, CONTRACT_ROUTES, engine_api_keys, settings.route_prefix, answer_fields)
+    return build_routes(hooks, settings, CONTRACT_ROUTES, engine_api_keys, settings.route_prefix, engine_answers)
 
 
 def build_routes(
@@ -335,7 +376,7 @@ def build_routes(
     routes: Iterable[ContractRoute],
     engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
     prefix: str = "",
-    answer_fields: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    engine_answers: Optional[Mapping[str, EngineAnswers]] = None,
 ) -> APIRouter:
     """An APIRouter serving *routes* under *prefix*, each authenticated and answered as the
     contract's are (engines use it for their own routes that the plugin serves too)."""
@@ -352,29 +393,26 @@ def build_routes(
     for route in routes:
         router.add_api_route(
             prefix + route.path,
-            _endpoint(ctx, route, keys, dict((answer_fields or {}).get(route.path, {}))),
+            _endpoint(ctx, route, keys, (engine_answers or {}).get(route.path, CONTRACT_ANSWERS)),
             methods=[route.method],
             name=f"engine_plugins{route.path.replace('/', '_')}",
         )
     return router
 
 
-def _endpoint(ctx: RouteContext, route: ContractRoute, keys: Callable[[], list[str]], extra: dict[str, Any]):
+def _endpoint(ctx: RouteContext, route: ContractRoute, keys: Callable[[], list[str]], answers: EngineAnswers):
     async def endpoint(request: Request) -> JSONResponse:
         try:
             check_api_key(request, keys())
-            answer = await route.handler(ctx, request)
-            if extra and isinstance(answer, dict):
-                answer = {**extra, **answer}
-            return JSONResponse(answer)
+            return JSONResponse(answers.answer(request, await route.handler(ctx, request)))
         except ContractError as exc:
-            return JSONResponse(error_body(exc.message, exc.type), status_code=exc.status)
+            return answers.error(exc.message, exc.type, exc.status, exc.param)
         except PluginError as exc:
             logger.error("engine_plugins: %s %s: %s", route.method, route.path, exc, exc_info=exc.error)
-            return JSONResponse(error_body(exc.answer(), "internal_error"), status_code=500)
+            return answers.error(exc.answer(), "internal_error", 500)
         except Exception:
             logger.exception("engine_plugins: %s %s failed", route.method, route.path)
-            return JSONResponse(error_body(INTERNAL_ERROR, "internal_error"), status_code=500)
+            return answers.error(INTERNAL_ERROR, "internal_error", 500)
 
     endpoint.__name__ = f"engine_plugins{route.path.replace('/', '_')}"
     endpoint.__doc__ = route.handler.__doc__

@@ -8,6 +8,7 @@ tests the answer's JSON as sent, so that they can compare it exactly.
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 import time
 from typing import Any, Optional
 
@@ -15,6 +16,7 @@ import httpx
 from pydantic import BaseModel
 
 from engine_plugins.contract.schema import (
+    CONTRACT_HEADER,
     AbortResult,
     LoadsResult,
     PartialGenerateResult,
@@ -45,7 +47,7 @@ class Api:
         self.target = target
         self.http = httpx.AsyncClient(
             base_url=target.url,
-            headers={"Authorization": f"Bearer {target.api_key}"},
+            headers={"Authorization": f"Bearer {target.api_key}", CONTRACT_HEADER: "1"},
             timeout=httpx.Timeout(300.0, connect=30.0),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=256, keepalive_expiry=2.0),
         )
@@ -127,6 +129,18 @@ def native_body(max_new_tokens: int, rid: str, stream: bool = False) -> dict:
 def engine_of(target: Target) -> Optional[str]:
     """``sglang`` or ``vllm`` for an engine's target (real or fake), None for the stub."""
     return next((e for e in ("sglang", "vllm") if target.name.startswith(e)), None)
+
+
+# The contract's paths that vLLM serves too: there an error's type is vLLM's (its status phrase).
+VLLM_OWN_PATHS = ("/pause", "/resume", "/is_paused", "/abort_requests", "/update_weight_version")
+
+
+def error_type(target: Target, path: str, status: int = 400, contract_type: str = "invalid_request") -> str:
+    """The ``type`` of *target*'s error answer on *path*: the contract's word, or vLLM's on a path
+    vLLM serves too (docs/contract.md, "Errors")."""
+    if engine_of(target) == "vllm" and path.split("?")[0] in VLLM_OWN_PATHS:
+        return HTTPStatus(status).phrase
+    return contract_type
 
 
 def total_reqs(loads: dict) -> int:

@@ -7,7 +7,7 @@ import pytest
 
 from engine_plugins.contract.schema import INT32_MAX, MAX_NAME_CHARS
 
-from .api import Api, assert_partial
+from .api import Api, assert_partial, error_type
 
 pytestmark = pytest.mark.anyio
 
@@ -76,7 +76,7 @@ async def test_every_bad_input_is_a_400_naming_the_problem_and_harms_no_request(
             response = await api.http.post(path, content=raw, headers={"Content-Type": "application/json"})
             assert response.status_code == 400, f"{path} {raw!r} -> {response.status_code} {response.text}"
             error = response.json()["error"]
-            assert error["type"] == "invalid_request"
+            assert error["type"] == error_type(target, path) and error["code"] == 400, error
             for word in words:
                 assert word in error["message"], f"{path} {raw!r}: {word!r} not in {error['message']!r}"
         bad_query = await api.http.post("/pause", params={"mode": "retract"})
@@ -164,7 +164,7 @@ async def test_values_the_model_cannot_take_are_a_400_naming_the_limit_and_harm_
             response = await api.http.post("/partial_generate", json=body)
             assert response.status_code == 400, f"{str(body)[:80]} -> {response.status_code} {response.text[:300]}"
             error = response.json()["error"]
-            assert error["type"] == "invalid_request"
+            assert error["type"] == error_type(target, "/partial_generate") and error["code"] == 400, error
             for word in words:
                 assert word in error["message"], f"{str(body)[:80]}: {word!r} not in {error['message']!r}"
         # The engine still serves: the survivor ran to its end and a new request generates.

@@ -124,6 +124,27 @@ def test_load_does_nothing_in_sglangs_child_processes(monkeypatch):
     plugin.load()
 
 
+def _called_from(module: str):
+    """``plugin.in_sglang_child_process()`` as SGLang's ``load_plugins()`` calls it from *module*."""
+    code = compile("def load_plugins():\n    return plugin.in_sglang_child_process()\n", module, "exec")
+    namespace = {"__name__": module, "plugin": plugin}
+    exec(code, namespace)
+    return namespace["load_plugins"]()
+
+
+@pytest.mark.parametrize("module", ["sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_manager",
+                                    "sglang.srt.managers.data_parallel_controller"])
+def test_sglangs_children_are_told_by_the_manager_that_loads_plugins(monkeypatch, module):
+    monkeypatch.setattr(plugin.multiprocessing, "parent_process", lambda: object())
+    assert _called_from(module) is True
+
+
+def test_a_spawned_child_that_runs_launch_server_is_the_process_that_serves(monkeypatch):
+    # slime's and miles' Ray actor: multiprocessing (spawn) -> launch_server -> Engine -> load_plugins().
+    monkeypatch.setattr(plugin.multiprocessing, "parent_process", lambda: object())
+    assert _called_from("sglang.srt.entrypoints.engine") is False
+
+
 def test_a_bad_setting_stops_sglang_with_system_exit(monkeypatch):
     # SGLang logs and ignores an Exception from a plugin; SystemExit stops the server.
     monkeypatch.setenv("ENGINE_PLUGINS_ABORT_TIMEOUT_S", "-1")

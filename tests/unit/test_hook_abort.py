@@ -62,7 +62,7 @@ async def test_a_contract_error_keeps_its_status():
     async with stub_app({"refuses": refuse}) as stub:
         response = await stub.call("abort")
     assert response.status_code == 403
-    assert response.json() == {"error": {"message": "aborts are off during evaluation", "type": "forbidden"}}
+    assert response.json() == {"error": {"message": "aborts are off during evaluation", "type": "forbidden", "param": None, "code": 403}}
 
 
 async def test_the_controls_own_aborts_go_through_the_hook_with_their_reason_and_request():

@@ -209,6 +209,7 @@ async def test_an_unexpected_failure_is_a_500_without_the_exceptions_text(caplog
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
             response = await http.post("/fails")
     assert response.status_code == 500
-    assert response.json() == {"error": {"message": "internal error; the server log has the details", "type": "internal_error"}}
+    assert response.json() == {"error": {"message": "internal error; the server log has the details", "type": "internal_error", "param": None,
+                                          "code": 500}}
     (record,) = [r for r in caplog.records if r.name == "engine_plugins.host.http_api"]
     assert record.exc_info[0] is RuntimeError and "secret-detail" in str(record.exc_info[1])

@@ -54,5 +54,6 @@ async def test_v1_loads_is_guarded_by_vllms_own_middleware_and_root_routes_by_th
         root = await http.post("/abort_requests", headers={"Authorization": "Bearer wrong"})
     # vLLM's AuthenticationMiddleware answers {"error": "Unauthorized"} before any route runs.
     assert loads.status_code == 401 and loads.json() == {"error": "Unauthorized"}
-    # /abort_requests is outside vLLM's guarded prefixes: the plugin's own check answers.
-    assert root.status_code == 401 and root.json()["error"]["type"] == "unauthorized"
+    # /abort_requests is outside vLLM's guarded prefixes: the plugin's own check answers, in the
+    # shape of vLLM's own errors on a path vLLM serves too.
+    assert root.status_code == 401 and root.json()["error"]["type"] == "Unauthorized" and root.json()["error"]["code"] == 401

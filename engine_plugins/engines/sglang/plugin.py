@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import sys
 import weakref
 from typing import Any, Optional
 
@@ -54,7 +55,7 @@ _installed = False
 
 def load() -> None:
     """Entry point called by SGLang's ``load_plugins()``; harmless in child processes and twice."""
-    if multiprocessing.parent_process() is not None:
+    if in_sglang_child_process():
         # SGLang's scheduler, detokenizer, DP controller: no HTTP app to serve.
         _load_in_child()
         return
@@ -65,6 +66,30 @@ def load() -> None:
     except (StartupError, ConfigError) as exc:
         logger.error("%s", exc)
         raise SystemExit(f"engine_plugins: {exc}") from exc
+
+
+# Where SGLang calls load_plugins(): its own child processes run code of its managers (scheduler,
+# detokenizer, DP controller); the process that builds the TokenizerManager and serves the app runs
+# its entry points (Engine, launch_server), whether it is a console's main process, a spawned or
+# forked child of a framework's Ray actor, or the actor itself.
+_CHILD_CALLERS = "sglang.srt.managers."
+_HOST_CALLERS = "sglang.srt.entrypoints."
+
+
+def in_sglang_child_process() -> bool:
+    """Whether this process is one of SGLang's own children, told by the code that called
+    ``load_plugins()``: SGLang's managers (a child), its entry points (the process that serves).
+    Called otherwise (not through ``load_plugins``), a process with a ``multiprocessing`` parent
+    is taken for a child."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith(_CHILD_CALLERS):
+            return True
+        if module.startswith(_HOST_CALLERS):
+            return False
+        frame = frame.f_back
+    return multiprocessing.parent_process() is not None
 
 
 _child_installed = False

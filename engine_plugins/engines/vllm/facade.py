@@ -190,6 +190,14 @@ class VllmEngine:
         """Which of the server's API processes this engine client belongs to (0 with one)."""
         return int(getattr(self.llm.engine_core, "client_index", 0))
 
+    def api_server_count(self, args: Any) -> int:
+        """How many API processes share this engine: the engine client's own count where it has
+        one, as vLLM started it, else ``--api-server-count``. They differ when a launcher that
+        runs one API process (``python -m vllm.entrypoints.openai.api_server``, a framework's
+        ``run_server``) is given ``--api-server-count N``: vLLM serves from that one process."""
+        count = getattr(self.llm.engine_core, "client_count", None)
+        return int(count) if isinstance(count, int) and count >= 1 else api_server_count(args)
+
     # --- requests ---------------------------------------------------------------------------
 
     def model_limits(self) -> ModelLimits:

@@ -63,13 +63,14 @@ class VllmEndpointPlugin:
         Reads ``ENGINE_PLUGINS_*`` here, not in the factory, because vLLM logs and skips a
         factory that raises, while an error here stops the server.
         """
-        self._stack = assemble(lambda: self._control, lambda: self._keys, self._settings, native_routes.ANSWER_FIELDS)
+        self._stack = assemble(lambda: self._control, lambda: self._keys, self._settings, native_routes.ENGINE_ANSWERS)
         present = {(m, getattr(r, "path", "")) for r in app.routes for m in (getattr(r, "methods", None) or ())}
         aliases = [r for r in native_routes.ALIAS_ROUTES if (r.method, r.path) not in present]
         router = self._stack.router
         if aliases:
             router = APIRouter()
-            alias_router = build_routes(self._stack.hooks, self._stack.settings, aliases, lambda: self._keys)
+            alias_router = build_routes(self._stack.hooks, self._stack.settings, aliases, lambda: self._keys,
+                                        engine_answers=native_routes.ENGINE_ANSWERS)
             router.routes.extend([*self._stack.router.routes, *alias_router.routes])
         report = mount(app, router, self._stack.settings.replace_native_routes)
         app.add_middleware(ApiServerHeader, identity=self._api_server)
@@ -114,7 +115,7 @@ class VllmEndpointPlugin:
         tracker = Tracker(vllm, await vllm.get_weight_version(), stack.settings.scope_prefix_cache, bump)
         tracker.install()
         control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
-        api_servers = facade.api_server_count(args)
+        api_servers = vllm.api_server_count(args)
         if api_servers > 1:
             # Each API process has its own front end: calls that cover the whole server are
             # passed to the other processes (the processes of one server share its parent).

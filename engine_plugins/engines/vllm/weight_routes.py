@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 from engine_plugins.contract.errors import ContractError
 from engine_plugins.host.http_api import check_api_key
 from engine_plugins.contract.schema import error_body
+from engine_plugins.engines.vllm.native_routes import error_type
 
 GUARDED_PATHS = frozenset({
     "/init_weight_transfer_engine",
@@ -50,7 +51,7 @@ class GuardWeightRoutes:
             try:
                 check_api_key(_HeaderView(scope), self.keys())
             except ContractError as exc:
-                body = json.dumps(error_body(exc.message, exc.type)).encode()
+                body = json.dumps(error_body(exc.message, error_type(exc.status), exc.param, exc.status)).encode()
                 await send({"type": "http.response.start", "status": exc.status,
                             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
                 await send({"type": "http.response.body", "body": body})
