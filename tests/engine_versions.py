@@ -101,6 +101,15 @@ SMOKE = frozenset({
     "test_engine_versions.py::test_the_startup_log_names_the_version_and_its_shims",
     "contract/test_weight_swap.py::test_a_keep_swap_holds_the_requests_until_the_commit_which_applies_the_version_once",
     "sglang/test_sglang_weight_updates.py::test_an_in_place_pause_and_a_stock_disk_update_answer_200_with_one_version_and_keep_the_requests",
+    # The engines' own tests of the routes the plugin replaces (drop-in, on every release).
+    *(f"vllm/test_vllm_own_tests.py::{name}" for name in (
+        "test_state_and_idempotency_across_cycles", "test_invalid_mode_preserves_state", "test_mode_request_lifecycle",
+        "test_weight_info_initial_schema_and_update_is_visible", "test_weight_version_does_not_affect_generation",
+        "test_invalid_update_preserves_state", "test_non_object_body_to_abort_requests_is_rejected",
+        "test_valid_abort_body_is_vllms_answer")),
+    *(f"sglang/test_sglang_own_tests.py::{name}" for name in (
+        "test_abort_all", "test_batch_requests_with_selective_abort", "test_pause_resume_in_place",
+        "test_update_weight_version_is_seen_in_model_info_and_answers", "test_v1_loads_has_a_load_per_dp_rank")),
 })
 VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
 # Those no framework pins run only when named (make test-releases), to keep make test in time.
