@@ -10,17 +10,23 @@ BENCH_ROUNDS ?=
 
 .PHONY: setup engines test test-releases test-quick test-fast demo bench clean fresh-machine-check
 
+# Set-up output (pip's) goes to this log, named with its tail if a step fails.
+SETUP_LOG := $(VENV)-setup.log
+LOGGED := bash scripts/logged.sh $(SETUP_LOG)
+
 # The development environment: this package, editable, with its test tools.
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test]'
-	touch $@
+	@echo "setting up $(VENV) (this package and its test tools; pip's output in $(SETUP_LOG)) ..."
+	@$(LOGGED) $(PYTHON) -m venv $(VENV)
+	@$(LOGGED) $(VENV)/bin/pip install --upgrade pip
+	@$(LOGGED) $(VENV)/bin/pip install -e '.[test]'
+	@touch $@
 
 # The benchmarks' plots need matplotlib, which the tests do not.
 $(VENV)/.bench-installed: $(VENV)/.installed
-	$(VENV)/bin/pip install --quiet -e '.[test,bench]'
-	touch $@
+	@echo "adding matplotlib to $(VENV) (for the plots) ..."
+	@$(LOGGED) $(VENV)/bin/pip install -e '.[test,bench]'
+	@touch $@
 
 setup: $(VENV)/.installed
 
@@ -59,7 +65,7 @@ test-fast: test-quick
 # An asynchronous RL loop on a real engine with the plugin (examples/): ENGINE=vllm (default) or
 # ENGINE=sglang; DEMO_ARGS e.g. "--steps 12 --swap-mode abort". Its plot needs matplotlib.
 demo: $(VENV)/.bench-installed
-	PYTHONPATH=$(CURDIR) $(VENV)/bin/python examples/rl_demo.py --engine $(ENGINE) $(DEMO_ARGS)
+	@PYTHONPATH=$(CURDIR) $(VENV)/bin/python examples/rl_demo.py --engine $(ENGINE) $(DEMO_ARGS)
 
 # Every figure of the benchmark (or BENCH_FIGURES), BENCH_ROUNDS rounds each: writes
 # benchmarks/results/ (README.md with the tables, the raw JSON, PNG plots). Set BENCH_LOCK to a
@@ -73,4 +79,4 @@ fresh-machine-check:
 	bash scripts/fresh-machine-check.sh $(if $(FULL),--full)
 
 clean:
-	rm -rf $(VENV) .engines .pytest_cache
+	rm -rf $(VENV) $(SETUP_LOG) .engines .pytest_cache

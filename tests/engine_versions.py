@@ -110,12 +110,24 @@ SMOKE = frozenset({
     *(f"sglang/test_sglang_own_tests.py::{name}" for name in (
         "test_abort_all", "test_batch_requests_with_selective_abort", "test_pause_resume_in_place",
         "test_update_weight_version_is_seen_in_model_info_and_answers", "test_v1_loads_has_a_load_per_dp_rank")),
+    # The engine as the frameworks launch it (frameworks/test_launchers.py) and their own calls there.
+    "frameworks/test_launchers.py::test_the_contract_is_mounted_in_the_process_that_serves",
+    "frameworks/test_launchers.py::test_a_bare_version_bump_keeps_every_request_in_flight",
+    *(f"frameworks/test_slime.py::{name}" for name in (
+        "test_slimes_abort_loop_declares_idle_in_one_round_with_nothing_left", "test_slimes_abort_loop_also_ends_requests_held_at_a_pause",
+        "test_slime_reads_the_weight_version_from_get_weight_version",
+        "test_slimes_pause_generation_aborts_running_requests_and_continue_lets_new_ones_run")),
+    *(f"frameworks/test_miles.py::{name}" for name in (
+        "test_miles_prefix_abort_aborts_exactly_that_adapters_requests_and_counts_them",
+        "test_a_prefix_abort_that_names_no_prefix_is_a_400_saying_so",
+        "test_miles_version_bump_keeps_in_flight_requests_and_answers_sglangs_fields",
+        "test_miles_retract_pause_and_continue_let_running_requests_finish")),
 })
 VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
 # Those no framework pins run only when named (make test-releases), to keep make test in time.
 OPT_IN_VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real" and not r.frameworks)
 # The targets that run only SMOKE: those, and the fake that follows vLLM 0.31 (its shims, fast).
-SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub"}
+SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub", "sglang-spawned"}
 
 
 def in_smoke(nodeid: str) -> bool:

@@ -18,6 +18,8 @@
 - ``sglang-stub-dp2``: the fake with two data-parallel ranks behind its DP controller.
 - ``sglang-dp2``: the real server with ``--dp-size 2``: SGLang's data-parallel controller in front
   of two schedulers, one per core.
+- ``sglang-spawned``: the real server started as slime, miles and NeMo-RL start it, a spawned
+  ``multiprocessing`` child running ``launch_server`` (the smoke subset and their calls).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from engine_versions import SUPPORTED
-from targets import API_KEY, REPO, Target, make_checkpoints, module_server
+from targets import API_KEY, REPO, TESTS, Target, make_checkpoints, module_server
 
 
 @contextlib.contextmanager
@@ -47,11 +49,13 @@ SGLANG_ARGS: tuple[str, ...] = ("--enable-metrics",)
 
 @contextlib.contextmanager
 def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS, env: Optional[dict] = None,
-                       version: Optional[str] = None, name: Optional[str] = None, real_weights: bool = False) -> Iterator[Target]:
+                       version: Optional[str] = None, name: Optional[str] = None, real_weights: bool = False,
+                       module: Optional[str] = None) -> Iterator[Target]:
     """A real SGLang server with the plugin, built and reused by ``ensure_engine``: the pinned
     0.5.23, or *version* from its layered venv. *name*: the target's name (default ``sglang``,
     or ``sglang@<version>``). *real_weights*: serve checkpoint A of two made now (the target's
-    ``checkpoints``) instead of random weights."""
+    ``checkpoints``) instead of random weights. *module*: a framework's launch code under tests/
+    (run with ``python -m``, SGLang's flags) in place of ``sglang.launch_server``."""
     from tools.launcher.engine_server import EngineServer, ensure_engine
 
     paths = ensure_engine("sglang", REPO, version=version)
@@ -59,8 +63,11 @@ def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS,
     if real_weights:
         checkpoints = make_checkpoints(paths.python, paths.model_dir)
         model_args = ["--load-format", "auto"]
+    if module is not None:
+        env = {**(env or {}), "PYTHONPATH": str(TESTS)}
     server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=[*extra_args, *model_args], env=env,
-                          log_path=tmp_dir / "sglang.log", version=version, model_dir=checkpoints[0] if checkpoints else None)
+                          log_path=tmp_dir / "sglang.log", version=version, model_dir=checkpoints[0] if checkpoints else None,
+                          module=module)
     with server:
         name = name or ("sglang" if version is None else f"sglang@{version}")
         yield Target(name=name, url=server.url, api_key=API_KEY, long_tokens=1500, log_tail=lambda: server.log_path.read_text(errors="replace"), honours_seed=False, real=True,
@@ -112,9 +119,12 @@ TARGETS = {
     "sglang-dp2": lambda tmp: sglang_dp_server(tmp),
     # Real weights, for the weight-swap tests, which change them (and the version): a server of their own.
     "sglang-weights": lambda tmp: sglang_real_server(tmp, real_weights=True, name="sglang-weights"),
+    # Started as slime, miles and NeMo-RL start it: a spawned child of their process running
+    # launch_server (frameworks/spawned_sglang.py). The smoke subset and those frameworks' calls.
+    "sglang-spawned": lambda tmp: sglang_real_server(tmp, name="sglang-spawned", module="frameworks.spawned_sglang"),
 }
 # The real servers among them (targets.py: fewer, longer rounds; setup reruns).
-REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights"}
+REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights", "sglang-spawned"}
 DEDICATED_TARGETS = {"sglang-weights"}
 RELEASE_FAKES = {"sglang-0.5.19-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub", "sglang-0.5.12-stub"}
 # Every other release with a CPU build: the smoke subset (engine_versions.SMOKE).

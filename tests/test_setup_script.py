@@ -91,3 +91,15 @@ def test_the_engine_set_up_runs_itself_in_that_environment():
     # Before anything else the script does (only `set` comes earlier).
     assert all(line.strip() in ("", "set -Eeuo pipefail") or line.startswith("if [[ -z ${ENGINE_PLUGINS_SETUP_CLEAN")
                for line in code[1:first]), code[:first]
+
+
+def test_the_fresh_machine_check_runs_the_readmes_first_commands_in_the_readmes_order():
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("<!-- first-run:", 1)[1].split("\n\n", 1)[0]
+    commands = re.findall(r"^\| `([^`]+)` \|", table, re.M)
+    script = (REPO / "scripts" / "fresh-machine-check.sh").read_text()
+    steps = re.findall(r"^(?:if \(\( FULL \)\); then )?step \S+ (.+?)(?:; fi)?$", script, re.M)
+    assert commands[:2] == ["make demo", "make demo ENGINE=sglang"], "the README's first command is make demo"
+    assert steps == commands, (steps, commands)
+    # Every first run is a measured time, not a blank left to fill.
+    assert not re.search(r"\b(FIRST|DISK)_[A-Z_]+\b", table), table

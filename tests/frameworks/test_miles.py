@@ -24,7 +24,7 @@ from contract.api import Api
 
 from .native import adapter_rid, client, sglang_generate
 
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub")]
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub", "sglang-spawned")]
 
 RID_SEPARATOR = "::"
 

@@ -28,7 +28,7 @@ from contract.api import Api
 
 from .native import client, sglang_generate
 
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub")]
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub", "sglang-spawned")]
 
 ABORT_RETRY_INTERVAL_SECONDS = 3
 

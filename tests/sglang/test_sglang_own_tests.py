@@ -29,7 +29,7 @@ import pytest
 from engine_versions import SUPPORTED
 
 REAL_RELEASES = tuple(str(r) for r in SUPPORTED if r.engine == "sglang" and r.tested == "real")
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-dp2", "sglang-stub", "sglang-stub-dp2", *REAL_RELEASES)]
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub", "sglang-stub-dp2", *REAL_RELEASES)]
 
 PROMPT = "The capital of France is"
 

