@@ -5,7 +5,8 @@ core), ``vllm`` (a real vLLM 0.32, the pinned release), ``vllm-api2`` (the same 
 server processes) and
 ``vllm@VERSION`` for every other release with a CPU build (requirements/engine-versions.txt),
 which run the smoke subset (engine_versions.SMOKE) in dev mode, so that vLLM's own RL routes are
-there for the contract's to replace."""
+there for the contract's to replace; ``vllm-skyrl`` is the pinned vLLM started as SkyRL's Ray actor
+starts it (the smoke subset and SkyRL's calls)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,12 @@ def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY, env: dic
 
 @contextlib.contextmanager
 def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, api_key: str = API_KEY,
-                     version: str | None = None, name: str | None = None, real_weights: bool = False) -> Iterator[Target]:
+                     version: str | None = None, name: str | None = None, real_weights: bool = False,
+                     module: str | None = None) -> Iterator[Target]:
     """A real vLLM (CPU) OpenAI server with VLLM_PLUGINS=engine_plugins and --api-key: the pinned
     0.32, or *version* from its layered venv. *real_weights*: serve checkpoint A of two made now
-    (the target's ``checkpoints``) instead of random weights."""
+    (the target's ``checkpoints``) instead of random weights. *module*: a framework's launch code
+    under tests/ (run with ``python -m``, vLLM's flags) in place of vLLM's server module."""
     from tools.launcher.engine_server import EngineServer, ensure_engine
 
     paths = ensure_engine("vllm", REPO, version=version)
@@ -43,11 +46,14 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
         checkpoints = make_checkpoints(paths.python, paths.model_dir)
         extra_args = (*extra_args, "--load-format", "auto")
     server_env = {"VLLM_PLUGINS": "engine_plugins", **(env or {})}
+    if module is not None:
+        server_env["PYTHONPATH"] = str(TESTS)
     # long_tokens: about 7 s of generation for one request with the tiny model, longer than the
     # stalls a client sees on two busy cores, so no request finishes while a test arranges things.
     name = name or ("vllm" if version is None else f"vllm@{version}")
     with EngineServer("vllm", REPO, api_key=api_key, env=server_env, extra_args=extra_args,
-                      log_path=tmp_dir / "vllm.log", version=version, model_dir=checkpoints[0] if checkpoints else None) as server:
+                      log_path=tmp_dir / "vllm.log", version=version, model_dir=checkpoints[0] if checkpoints else None,
+                      module=module) as server:
         # The other servers: the whole log, which their startup-log tests read.
         yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, real=True,
                      log_tail=lambda: server.log_tail(80 if name == "vllm" else 1_000_000),
@@ -76,6 +82,9 @@ TARGETS = {
     # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
     # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
     # cores, so it runs only when named (OPT_IN_TARGETS).
+    # Started as SkyRL's VLLMServerActor starts it: build_app, AsyncLLMEngine, init_app_state and
+    # uvicorn in one process (frameworks/skyrl_vllm_server.py). The smoke subset and SkyRL's calls.
+    "vllm-skyrl": lambda tmp: real_vllm_server(tmp, name="vllm-skyrl", module="frameworks.skyrl_vllm_server"),
     "vllm-dp2": lambda tmp: real_vllm_server(tmp, "--data-parallel-size", "2", env={"VLLM_CPU_OMP_THREADS_BIND": "0|0"}, name="vllm-dp2"),
     # Real weights, for the weight-swap tests, which change them (and the version): a server of
     # their own, in dev mode for vLLM's /collective_rpc and its weight-transfer routes, whose
@@ -86,7 +95,7 @@ TARGETS = {
         env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(TESTS)}, real_weights=True, name="vllm-weights"),
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
-REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights"}
+REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl"}
 DEDICATED_TARGETS = {"vllm-weights"}
 RELEASE_FAKES = {"vllm-0.34-stub", "vllm-0.26-stub", "vllm-0.26-stub-api3", "vllm-0.31-stub"}
 for _release in SUPPORTED:

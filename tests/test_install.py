@@ -150,10 +150,10 @@ def _plugin_file(venv: Path, env: dict[str, str]) -> str:
 async def _generate(http: httpx.AsyncClient, url: str, engine: str) -> str:
     if engine == "sglang":
         answer = await http.post(f"{url}/generate", json={"input_ids": [1, 15, 27], "sampling_params": {
-            "max_new_tokens": 300, "ignore_eos": True, "temperature": 0}})
+            "max_new_tokens": 150, "ignore_eos": True, "temperature": 0}})
         return answer.json()["meta_info"]["finish_reason"]["type"]
     model = (await http.get(f"{url}/v1/models")).json()["data"][0]["id"]
-    answer = await http.post(f"{url}/v1/completions", json={"model": model, "prompt": [1, 15, 27], "max_tokens": 300,
+    answer = await http.post(f"{url}/v1/completions", json={"model": model, "prompt": [1, 15, 27], "max_tokens": 150,
                                                             "ignore_eos": True, "temperature": 0})
     return answer.json()["choices"][0]["finish_reason"]
 

@@ -40,6 +40,12 @@ ANSWERS: dict[tuple[str, str], type[BaseModel]] = {
 DEADLINE_S = 60.0
 
 
+def contract_headers(target: Target) -> dict[str, str]:
+    """What a contract client sends: the target's key and the contract's header (the contract's
+    answers, where an engine's own route of the same path would answer its own)."""
+    return {"Authorization": f"Bearer {target.api_key}", CONTRACT_HEADER: "1"}
+
+
 class Api:
     """Calls the contract routes of one target with its API key."""
 
@@ -47,7 +53,7 @@ class Api:
         self.target = target
         self.http = httpx.AsyncClient(
             base_url=target.url,
-            headers={"Authorization": f"Bearer {target.api_key}", CONTRACT_HEADER: "1"},
+            headers=contract_headers(target),
             timeout=httpx.Timeout(300.0, connect=30.0),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=256, keepalive_expiry=2.0),
         )

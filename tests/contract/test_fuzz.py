@@ -53,7 +53,7 @@ from engine_plugins.contract.schema import (
 )
 from tiers import rounds
 
-from .api import ANSWERS, DEADLINE_S, assert_partial
+from .api import ANSWERS, DEADLINE_S, assert_partial, contract_headers
 
 # Enough to cover every strategy branch many times on the fast targets; the real engines take
 # seconds per valid generation on two cores, so fewer there keeps a run under ~2 minutes.
@@ -369,7 +369,7 @@ class Survivors(threading.Thread):
         self.failure: Optional[BaseException] = None
 
     def run(self) -> None:
-        headers = {"Authorization": f"Bearer {self.target.api_key}"}
+        headers = contract_headers(self.target)
         # A survivor takes seconds on a real engine: the no-hang timeout is for the fuzzed calls.
         with httpx.Client(base_url=self.target.url, headers=headers, timeout=httpx.Timeout(300.0, connect=30.0)) as http:
             n = 0
@@ -470,7 +470,7 @@ def check_answer(example: Example, response: httpx.Response, max_new: Optional[i
 
 def test_fuzzed_requests_never_fail_the_server_nor_the_generation_running(target, pytestconfig):
     real = target.real
-    headers = {"Authorization": f"Bearer {target.api_key}"}
+    headers = contract_headers(target)
     survivors = Survivors(target)
     sent = {"count": 0}
     with httpx.Client(base_url=target.url, headers=headers, timeout=httpx.Timeout(REQUEST_TIMEOUT_S)) as http:
@@ -527,7 +527,7 @@ def test_fuzzed_requests_never_fail_the_server_nor_the_generation_running(target
 
 @pytest.mark.parametrize("raw", DEEP_NESTING, ids=["nested-lists", "nested-objects"])
 def test_deeply_nested_json_is_a_400(target, raw):
-    headers = {"Authorization": f"Bearer {target.api_key}"}
+    headers = contract_headers(target)
     with httpx.Client(base_url=target.url, headers=headers, timeout=httpx.Timeout(REQUEST_TIMEOUT_S)) as http:
         for path in ("/abort_requests", "/update_weight_version", "/partial_generate", "/pause"):
             response = http.post(path, content=raw, headers={"Content-Type": "application/json"})

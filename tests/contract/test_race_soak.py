@@ -40,7 +40,7 @@ import pytest
 from engine_plugins.contract.schema import ErrorBody
 from tiers import rounds as quick_rounds
 
-from .api import ANSWERS, Api, assert_partial
+from .api import ANSWERS, Api, assert_partial, contract_headers
 
 pytestmark = pytest.mark.anyio
 
@@ -117,7 +117,7 @@ class Round:
         body = {"input_ids": [1, 15, 27], "request_id": request_id, "sampling_params": {"max_new_tokens": target.long_tokens, "ignore_eos": True}}
         http = self.api.http
         if own_client:
-            http = httpx.AsyncClient(base_url=target.url, headers={"Authorization": f"Bearer {target.api_key}"}, timeout=300)
+            http = httpx.AsyncClient(base_url=target.url, headers=contract_headers(target), timeout=300)
         task = asyncio.ensure_future(http.post("/partial_generate", json=body))
         await asyncio.sleep(after_s)
         task.cancel()

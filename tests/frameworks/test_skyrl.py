@@ -23,7 +23,7 @@ from contract.api import Api
 
 from .native import client, served_model, vllm_complete
 
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm", "vllm-stub", "vllm-0.26-stub")]
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("vllm", "vllm-stub", "vllm-0.26-stub", "vllm-skyrl")]
 
 
 async def skyrl_pause(http, mode: str = "keep", clear_cache: bool = False) -> dict:
