@@ -6,6 +6,7 @@ Cheap: it reads the scripts and asks pip for each subcommand's options; nothing 
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -70,14 +71,15 @@ def test_the_setup_script_passes_no_pip_option_through_a_shared_array():
     assert not re.search(r"pip\"?\s+\w+[^\n]*\"\$\{[A-Z_]*FLAGS", text)
 
 
-def test_the_engine_set_up_sees_no_python_path_venv_or_install_changing_pip_variable_of_its_caller():
+def test_the_engine_set_up_sees_no_python_path_venv_or_install_changing_pip_variable_of_its_caller(tmp_path):
     """``make demo`` runs the set-up with PYTHONPATH at the checkout, whose egg-info then looked like
     a half-installed engine-plugins to the vLLM venv's ``pip check``: the set-up runs in an
     environment of its own."""
-    leaking = {"PYTHONPATH": str(REPO), "PYTHONHOME": "/nowhere", "VIRTUAL_ENV": str(REPO / ".venv"),
-               "PIP_USER": "1", "PIP_NO_DEPS": "1", "PIP_TARGET": "/tmp/x", "ENGINE_PLUGINS_ROUTE_PREFIX": "/x"}
-    kept = {"PIP_FIND_LINKS": "/opt/wheels", "PIP_CACHE_DIR": "/tmp/pip-cache", "XDG_CACHE_HOME": "/tmp/cache",
-            "ENGINE_PLUGINS_ENGINES_DIR": "/tmp/engines", "HOME": "/root", "PATH": "/usr/bin:/bin"}
+    leaking = {"PYTHONPATH": str(REPO), "PYTHONHOME": str(tmp_path / "home"), "VIRTUAL_ENV": str(REPO / ".venv"),
+               "PIP_USER": "1", "PIP_NO_DEPS": "1", "PIP_TARGET": str(tmp_path / "target"), "ENGINE_PLUGINS_ROUTE_PREFIX": "/x"}
+    kept = {"PIP_FIND_LINKS": str(tmp_path / "wheels"), "PIP_CACHE_DIR": str(tmp_path / "pip-cache"),
+            "XDG_CACHE_HOME": str(tmp_path / "cache"), "ENGINE_PLUGINS_ENGINES_DIR": str(tmp_path / "engines"),
+            "HOME": str(tmp_path), "PATH": os.environ["PATH"]}
     done = subprocess.run([str(REPO / "scripts" / "clean-env.sh"), "env"], env={**leaking, **kept},
                           capture_output=True, text=True, check=True)
     seen = dict(line.split("=", 1) for line in done.stdout.splitlines())
