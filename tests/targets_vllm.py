@@ -5,12 +5,13 @@ core), ``vllm`` (a real vLLM 0.32, the pinned release), ``vllm-api2`` (the same 
 server processes) and
 ``vllm@VERSION`` for every other release with a CPU build (requirements/engine-versions.txt),
 which run the smoke subset (engine_versions.SMOKE) in dev mode, so that vLLM's own RL routes are
-there for the contract's to replace; ``vllm-skyrl`` is the pinned vLLM started as SkyRL's Ray actor
-starts it (the smoke subset and SkyRL's calls)."""
+there for the contract's to replace; ``vllm-skyrl`` is the pinned vLLM served from a Ray actor as
+SkyRL's ``VLLMServerActor`` serves it (the smoke subset and SkyRL's calls)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -33,21 +34,22 @@ def fake_vllm_server(tmp_dir: Path, *args: str, api_key: str = API_KEY, env: dic
 @contextlib.contextmanager
 def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, api_key: str = API_KEY,
                      version: str | None = None, name: str | None = None, real_weights: bool = False,
-                     module: str | None = None) -> Iterator[Target]:
+                     module: str | None = None, ray: bool = False) -> Iterator[Target]:
     """A real vLLM (CPU) OpenAI server with VLLM_PLUGINS=engine_plugins and --api-key: the pinned
     0.32, or *version* from its layered venv. *real_weights*: serve checkpoint A of two made now
     (the target's ``checkpoints``) instead of random weights. *module*: a framework's launch code
-    under tests/ (run with ``python -m``, vLLM's flags) in place of vLLM's server module."""
-    from tools.launcher.engine_server import EngineServer, ensure_engine
+    under tests/ (run with ``python -m``, vLLM's flags) in place of vLLM's server module; *ray*:
+    with Ray on its path (the launch code starts the engine in a Ray actor)."""
+    from tools.launcher.engine_server import EngineServer, ensure_engine, ray_dir
 
-    paths = ensure_engine("vllm", REPO, version=version)
+    paths = ensure_engine("vllm", REPO, version=version, ray=ray)
     checkpoints: tuple[Path, ...] = ()
     if real_weights:
         checkpoints = make_checkpoints(paths.python, paths.model_dir)
         extra_args = (*extra_args, "--load-format", "auto")
     server_env = {"VLLM_PLUGINS": "engine_plugins", **(env or {})}
     if module is not None:
-        server_env["PYTHONPATH"] = str(TESTS)
+        server_env["PYTHONPATH"] = os.pathsep.join([str(TESTS), *([str(ray_dir())] if ray else [])])
     # long_tokens: about 7 s of generation for one request with the tiny model, longer than the
     # stalls a client sees on two busy cores, so no request finishes while a test arranges things.
     name = name or ("vllm" if version is None else f"vllm@{version}")
@@ -79,12 +81,13 @@ TARGETS = {
     # Two API server processes (vLLM's default with --data-parallel-size 2) on one engine core.
     # Dev mode: each process's contract routes replace vLLM's RL routes of the same paths.
     "vllm-api2": lambda tmp: real_vllm_server(tmp, "--api-server-count", "2", env={"VLLM_SERVER_DEV_MODE": "1"}, name="vllm-api2"),
+    # Started as SkyRL starts it: its VLLMServerActor, a Ray actor running build_app,
+    # AsyncLLMEngine, init_app_state and uvicorn (frameworks/skyrl_vllm_server.py). The smoke
+    # subset and SkyRL's calls.
+    "vllm-skyrl": lambda tmp: real_vllm_server(tmp, name="vllm-skyrl", module="frameworks.skyrl_vllm_server", ray=True),
     # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
     # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
     # cores, so it runs only when named (OPT_IN_TARGETS).
-    # Started as SkyRL's VLLMServerActor starts it: build_app, AsyncLLMEngine, init_app_state and
-    # uvicorn in one process (frameworks/skyrl_vllm_server.py). The smoke subset and SkyRL's calls.
-    "vllm-skyrl": lambda tmp: real_vllm_server(tmp, name="vllm-skyrl", module="frameworks.skyrl_vllm_server"),
     "vllm-dp2": lambda tmp: real_vllm_server(tmp, "--data-parallel-size", "2", env={"VLLM_CPU_OMP_THREADS_BIND": "0|0"}, name="vllm-dp2"),
     # Real weights, for the weight-swap tests, which change them (and the version): a server of
     # their own, in dev mode for vLLM's /collective_rpc and its weight-transfer routes, whose

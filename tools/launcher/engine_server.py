@@ -77,6 +77,12 @@ def engines_dir() -> Path:
     return Path(cache) / "engine-plugins" / "engines"
 
 
+def ray_dir() -> Path:
+    """Ray for the engines' interpreters (scripts/setup-engines.sh ``ray``): a folder for the
+    ``PYTHONPATH`` of a server started inside a Ray actor."""
+    return engines_dir() / "ray"
+
+
 def checkout_dir(repo_root: Path) -> Path:
     """This checkout's own engine state (server logs, the plugin folder): ``.engines/``, git-ignored."""
     return Path(repo_root) / ".engines"
@@ -104,12 +110,14 @@ def engine_paths(engine: Engine, version: str | None = None) -> EnginePaths:
     )
 
 
-def ensure_engine(engine: Engine, repo_root: Path, *, timeout: float = SETUP_TIMEOUT_S, version: str | None = None) -> EnginePaths:
+def ensure_engine(engine: Engine, repo_root: Path, *, timeout: float = SETUP_TIMEOUT_S, version: str | None = None,
+                  ray: bool = False) -> EnginePaths:
     """Builds `engine`'s venv and the tiny model if needed (both idempotent) and returns the paths.
 
     Runs ``scripts/setup-engines.sh ENGINE`` (a few minutes the first time, about a second after)
     and ``scripts/make_tiny_model.py`` with that venv's python. Raises EngineSetupError with the
     tail of the output if either fails. *version*: another supported release (see engine_paths).
+    *ray*: Ray too (:func:`ray_dir`), for a server started inside a Ray actor.
     """
     repo_root = Path(repo_root).resolve()
     paths = engine_paths(engine, version)
@@ -117,7 +125,7 @@ def ensure_engine(engine: Engine, repo_root: Path, *, timeout: float = SETUP_TIM
     log_dir.mkdir(parents=True, exist_ok=True)
     spec = engine if version is None else f"{engine}@{version}"
     steps = [
-        ("setup", ["bash", str(repo_root / "scripts" / "setup-engines.sh"), spec]),
+        ("setup", ["bash", str(repo_root / "scripts" / "setup-engines.sh"), spec, *(["ray"] if ray else [])]),
         ("model", [str(paths.python), str(repo_root / "scripts" / "make_tiny_model.py"), str(paths.model_dir), "--size", MODELS[engine][1]]),
     ]
     for name, command in steps:
