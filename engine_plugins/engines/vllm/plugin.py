@@ -155,7 +155,8 @@ class VllmEndpointPlugin:
         about.role = f"vLLM API server process, {server}{process_origin()}"
         kept = (f"; kept vLLM's own {listing(about.kept_native)} (ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES=0): "
                 "the contract is not served there" if report.kept_native else "")
-        engine = (f"engine core: {'; '.join(engine_core.INSTALLED)} (answered the plugin's call)" if version else note)
+        engine = (f"engine core: {'; '.join(engine_core.INSTALLED)} ({engine_core.REQUEST_COUNTS_UTILITY} answered "
+                  "the plugin's call)" if version else note)
         shims = about.shims
         logger.log(
             logging.WARNING if (kept or not version) else logging.INFO,
