@@ -113,7 +113,7 @@ SMOKE = frozenset({
         "test_abort_all", "test_batch_requests_with_selective_abort",
         "test_update_weight_version_is_seen_in_model_info_and_answers", "test_v1_loads_has_a_load_per_dp_rank")),
     # The engine as the frameworks launch it (frameworks/test_launchers.py) and their own calls there.
-    "frameworks/test_launchers.py::test_the_contract_is_mounted_in_the_process_that_serves",
+    "frameworks/test_launchers.py::test_the_contract_is_mounted_in_the_process_that_serves_and_says_so",
     "frameworks/test_launchers.py::test_a_bare_version_bump_keeps_every_request_in_flight",
     *(f"frameworks/test_slime.py::{name}" for name in (
         "test_slimes_abort_loop_declares_idle_in_one_round_with_nothing_left", "test_slimes_abort_loop_also_ends_requests_held_at_a_pause",

@@ -81,6 +81,20 @@ def server_env(env: Optional[dict] = None) -> dict:
     return out
 
 
+def doctor_url(target: "Target") -> dict:
+    """``engine-plugins doctor --url`` on *target*, as a user runs it (its own process): its JSON,
+    with ``exit_code``."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "engine_plugins.cli", "doctor", "--url", target.url, "--api-key", target.api_key,
+                           "--json"], cwd=REPO, env=server_env(), capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stdout)
+    assert report["exit_code"] == done.returncode, done.stderr
+    return report
+
+
 @contextlib.contextmanager
 def module_server(tmp_dir: Path, module: str, *args: str, env: Optional[dict] = None, startup_s: float = 30) -> Iterator[ServerProcess]:
     """``python -m module --port P *args`` on a free loopback port, in :func:`server_env`, ready

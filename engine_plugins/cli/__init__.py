@@ -12,7 +12,8 @@ from engine_plugins.contract.schema import DEFAULT_LEASE_S
 from engine_plugins.cli import exit_codes
 
 EPILOG = """exit codes: 0 ok; 1 some server failed (or the demo failed, or patch cannot apply); 2 usage or configuration error;
-3 timed out (a server did not answer, or was not idle, by the deadline); 4 doctor found problems.
+3 timed out (a server did not answer, or was not idle, by the deadline); 4 doctor found problems
+(doctor --url: the server does not have the contract mounted).
 The API key is --api-key, else ENGINE_PLUGINS_API_KEY."""
 
 
@@ -34,7 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engine-plugins", description="RL rollout control for SGLang and vLLM servers.",
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("doctor", parents=[common], help="check this environment: engines, entry points, configuration")
+    p = sub.add_parser("doctor", parents=[common],
+                       help="check this environment (engines, entry points, configuration), or with --url a running server")
+    p.add_argument("--url", default=None, metavar="URL",
+                   help="ask the server at URL what the plugin mounted there (GET /v1/engine_plugins) instead")
+    p.add_argument("--api-key", default=None, help="with --url: bearer key for the server (default: ENGINE_PLUGINS_API_KEY)")
+    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="S", help="with --url: seconds per call (default 10)")
     p = sub.add_parser("loads", parents=[fleet], help="running/waiting/total requests per server")
     p.add_argument("urls", nargs="*", metavar="URL")
     p = sub.add_parser("abort", parents=[fleet], help="abort every request (or --ids, or the stale ones); --wait: until idle")
@@ -117,9 +123,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
         return int(exc.code or 0)
     if args.command == "doctor":
-        from engine_plugins.cli.doctor_command import run as run_doctor
+        from engine_plugins.cli.doctor_command import run as run_doctor, run_url
 
-        return run_doctor(args)
+        return run_doctor(args) if args.url is None else run_url(args)
     if args.command == "patch":
         from engine_plugins.cli.patch_command import run as run_patch
 

@@ -351,6 +351,67 @@ class WeightSwapResult(_Response):
     lease_expires_at: Optional[float] = None
 
 
+# --- what the plugin mounted ------------------------------------------------------------------
+
+
+ABOUT_PATH = "/v1/engine_plugins"
+"""The read-only route that answers :class:`MountInfo` (under the route prefix, as every contract route)."""
+
+
+class ProcessPart(_Response):
+    """What the plugin installs in one of the engine's processes.
+
+    ``seen`` is true for what the answering process installed itself or checked at startup (vLLM's
+    engine-core utilities answer a call), false for what the plugin installs there by its rule
+    without this process seeing it (SGLang's scheduler hooks): that process's own startup log line
+    says it.
+    """
+
+    role: str
+    pid: Optional[int] = None
+    installed: list[str]
+    seen: bool
+
+
+class MountInfo(_Response):
+    """``GET /v1/engine_plugins``: the plugin, the engine, and what is mounted where.
+
+    Read-only and answered by the process that serves the request (with several vLLM API
+    processes, the one that took the connection: ``api_server_index``). An answer at all means
+    the contract's routes are on the app this server serves.
+    """
+
+    plugin: str = "engine_plugins"
+    plugin_version: str
+    engine: str
+    """``sglang``, ``vllm`` or ``stub``."""
+    engine_version: Optional[str] = None
+    supported: Optional[str] = None
+    """The engine releases this plugin version supports."""
+    app: str
+    """The app the routes are mounted on, by module (``sglang.srt.entrypoints.http_server.app``)."""
+    pid: int
+    role: str
+    """What the answering process is in the engine (SGLang's HTTP server process, a vLLM API process)."""
+    api_server_index: Optional[int] = None
+    api_servers: int = 1
+    routes: list[str]
+    """``METHOD /path`` of every route the plugin serves here."""
+    replaced: list[str] = Field(default_factory=list)
+    """The engine's own routes the plugin serves in their place."""
+    kept_native: list[str] = Field(default_factory=list)
+    """Contract routes left unmounted because the engine's own is kept (``ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES``)."""
+    processes: list[ProcessPart] = Field(default_factory=list)
+    """What the plugin installs in each of the engine's processes, this one first."""
+    shims: list[str] = Field(default_factory=list)
+    """How the plugin adapts to this engine release."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """The effective ``ENGINE_PLUGINS_*`` settings (the API key masked)."""
+    ready: bool = True
+    """Whether the engine is up under the contract (false before the engine client exists, or on a
+    server without an engine)."""
+
+
 class ErrorBody(BaseModel):
     """The ``error`` object of every 4xx/5xx answer: vLLM's ``ErrorInfo`` fields, with the
     contract's ``type`` words (on the paths vLLM serves too, vLLM's: docs/contract.md, "Errors")."""

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import pluggy
 from fastapi import APIRouter
 
+from engine_plugins.host.about import MountFacts
 from engine_plugins.host.config import Settings, load_settings
 from engine_plugins.core.control import RolloutControl
 from engine_plugins.host.dispatch import Hooks
@@ -23,6 +24,8 @@ class PluginStack:
     pm: pluggy.PluginManager
     router: APIRouter
     hooks: Hooks
+    about: MountFacts
+    """What the adapter mounted in this process; it fills it in, ``GET /v1/engine_plugins`` answers it."""
 
 
 def assemble(
@@ -42,4 +45,6 @@ def assemble(
     settings = settings or load_settings()
     pm = make_plugin_manager(settings)
     hooks = Hooks(pm, get_control, trace_calls=settings.trace)
-    return PluginStack(settings=settings, pm=pm, router=build_router(hooks, settings, engine_api_keys, engine_answers=engine_answers), hooks=hooks)
+    about = MountFacts()
+    router = build_router(hooks, settings, engine_api_keys, engine_answers=engine_answers, about=about)
+    return PluginStack(settings=settings, pm=pm, router=router, hooks=hooks, about=about)

@@ -21,7 +21,8 @@ from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 from pydantic import BaseModel, ValidationError
 
-from engine_plugins.host.config import Settings
+from engine_plugins.host.about import ABOUT_PATH, MountFacts
+from engine_plugins.host.config import Settings, describe
 from engine_plugins.host.dispatch import INTERNAL_ERROR, Hooks, PluginError
 from engine_plugins.contract.errors import ContractError, shown
 from engine_plugins.contract.schema import (
@@ -87,6 +88,8 @@ class RouteContext:
 
     hooks: Hooks
     settings: Settings
+    about: Optional[MountFacts] = None
+    """What the plugin mounted in this process, for ``GET /v1/engine_plugins``."""
 
 
 
@@ -332,6 +335,19 @@ CONTRACT_ROUTES: tuple[ContractRoute, ...] = (
 )
 
 
+async def _about(ctx: RouteContext, request: Request) -> Any:
+    """What the plugin mounted where, read-only: no hook, no engine call, so it answers while the
+    engine starts and while it is paused."""
+    if ctx.about is None:
+        raise ContractError(404, "this server does not say what the plugin mounted", "not_found")
+    return answer_json(ctx.about.answer(describe(ctx.settings)))
+
+
+ABOUT_ROUTE = ContractRoute(ABOUT_PATH, "GET", _about)
+"""``GET /v1/engine_plugins``: the plugin, the engine, and what is mounted where. Not a hook's
+route (plugins do not answer it), so it stands beside :data:`CONTRACT_ROUTES`."""
+
+
 def contract_paths(settings: Settings) -> list[tuple[str, str]]:
     """``(METHOD, full path)`` of every contract route under the configured prefix."""
     return [(r.method, settings.route_prefix + r.path) for r in CONTRACT_ROUTES]
@@ -358,8 +374,10 @@ def build_router(
     settings: Settings,
     engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
     engine_answers: Optional[Mapping[str, EngineAnswers]] = None,
+    about: Optional[MountFacts] = None,
 ) -> APIRouter:
-    """An APIRouter with every contract route under ``settings.route_prefix``.
+    """An APIRouter with every contract route under ``settings.route_prefix``, and with *about*
+    (what the engine adapter mounted) ``GET /v1/engine_plugins``.
 
     Each route checks the API key (the engine's own keys, else ``ENGINE_PLUGINS_API_KEY``; read
     per request since the engine may configure them after the plugin loads), calls its hook and
@@ -367,7 +385,8 @@ def build_router(
     naming the plugin; anything else a logged 500. *engine_answers*: per contract path, how the
     engine's own route of that path answers (its fields, its exact answer, its error type).
     """
-    return build_routes(hooks, settings, CONTRACT_ROUTES, engine_api_keys, settings.route_prefix, engine_answers)
+    routes = (*CONTRACT_ROUTES, ABOUT_ROUTE) if about is not None else CONTRACT_ROUTES
+    return build_routes(hooks, settings, routes, engine_api_keys, settings.route_prefix, engine_answers, about)
 
 
 def build_routes(
@@ -377,10 +396,11 @@ def build_routes(
     engine_api_keys: Callable[[], Iterable[str]] = lambda: (),
     prefix: str = "",
     engine_answers: Optional[Mapping[str, EngineAnswers]] = None,
+    about: Optional[MountFacts] = None,
 ) -> APIRouter:
     """An APIRouter serving *routes* under *prefix*, each authenticated and answered as the
     contract's are (engines use it for their own routes that the plugin serves too)."""
-    ctx = RouteContext(hooks=hooks, settings=settings)
+    ctx = RouteContext(hooks=hooks, settings=settings, about=about)
     router = APIRouter()
 
     def keys() -> list[str]:

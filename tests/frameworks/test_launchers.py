@@ -7,25 +7,44 @@ aborted every request again. The pinned server and its fake, started by hand, ru
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import pytest
 
 from contract.api import Api
+from engine_plugins.client.mounted import check_mounted
+from targets import doctor_url
 
 from .native import client, sglang_generate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub", "sglang-spawned")]
 
 
-async def test_the_contract_is_mounted_in_the_process_that_serves(target):
+async def test_the_contract_is_mounted_in_the_process_that_serves_and_says_so(target):
     async with Api(target) as api:
         paused = await api.http.get("/is_paused")
         loads = await api.loads()
     assert paused.status_code == 200 and paused.json()["is_paused"] is False, paused.text
     assert "in_flight" in loads, "/v1/loads is SGLang's own: the contract is not mounted"
+    # What doctor --url reads (GET /v1/engine_plugins), and the one startup line per process that says the same.
+    found = await check_mounted(target.url, target.api_key)
+    info = found.info
+    assert found.mounted and info.engine == "sglang" and info.app.endswith("http_server.app"), found
+    report = await asyncio.to_thread(doctor_url, target)
+    assert report["exit_code"] == 0 and report["mounted"] and report["info"]["pid"] == info.pid, report
+    assert "GET /v1/engine_plugins" in info.routes and any("TokenizerManager." in p for p in info.processes[0].installed)
+    if target.name == "sglang-spawned":
+        # slime's, miles' and NeMo-RL's launch code spawns the process that serves.
+        assert "multiprocessing child of pid" in info.role, info.role
+    log = target.log_tail()
+    # The HTTP server process: one line saying what it mounted, on which app, in which process.
+    mounted = [line for line in log.splitlines() if re.search(r"engine_plugins: SGLang \S+.*: contract mounted on ", line)]
+    assert len(mounted) == 1 and f"in pid {info.pid} ({info.role})" in mounted[0], log[-3000:]
     if target.real:
-        assert "contract mounted" in target.log_tail(), "the startup log does not say the contract is mounted"
+        # SGLang's scheduler process: its own line, its own pid.
+        scheduler = [line for line in log.splitlines() if "engine_plugins: SGLang 0.5.23 scheduler pid" in line]
+        assert len(scheduler) == 1 and "Scheduler.abort_request" in scheduler[0], log[-3000:]
 
 
 async def test_a_bare_version_bump_keeps_every_request_in_flight(target):

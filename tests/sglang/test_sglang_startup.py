@@ -1,6 +1,6 @@
-"""At startup the plugin logs the routes it added and the SGLang routes it replaced, and the
-replacements are the routes actually served; it warns when the control routes are open to the
-network without a key."""
+"""At startup the plugin says in one line what it mounted and where (the routes it added, the
+SGLang routes it replaced, its hooks, on which app in which process), and the replacements are the
+routes actually served; it warns when the control routes are open to the network without a key."""
 
 import subprocess
 import sys
@@ -29,15 +29,19 @@ def _line(log: str, prefix: str) -> str:
     return lines[0]
 
 
-async def test_startup_log_lists_added_and_replaced_routes(target):
+async def test_startup_log_says_in_one_line_what_is_mounted_where(target):
     log = target.log_tail()
-    added = _line(log, "engine_plugins: added routes:")
-    for route in CONTRACT_ROUTES:
+    line = _line(log, "contract mounted")
+    assert line == _line(log, "added routes:") == _line(log, "replaced SGLang routes:"), "one line says it all"
+    added = line.split("added routes:")[1].split(";")[0]
+    for route in [*CONTRACT_ROUTES, "GET /v1/engine_plugins"]:
         assert route in added
-    replaced = _line(log, "engine_plugins: replaced SGLang routes:")
+    replaced = line.split("replaced SGLang routes:")[1].split(";")[0]
     assert "GET /v1/loads (" in replaced and "POST /update_weight_version (" in replaced
     assert "http_server.update_weight_version" in replaced and ".get_loads" in replaced
-    assert "SGLang 0.5.23" in _line(log, "contract mounted")
+    assert "SGLang 0.5.23" in line and "http_server.app (the app launch_server serves) in pid " in line
+    assert "TokenizerManager." in line and "http_server.launch_server" in line and "settings {" in line
+    assert len([x for x in log.splitlines() if "engine_plugins: SGLang 0.5.23" in x and "contract mounted" in x]) == 1
 
 
 async def test_the_replaced_routes_are_the_ones_served(target):

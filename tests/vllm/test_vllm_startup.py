@@ -2,14 +2,16 @@
 process it is; where vLLM's dev-mode RL routes exist (VLLM_SERVER_DEV_MODE=1) the log says which
 ones the contract replaces; a missing engine-core half stops startup naming VLLM_PLUGINS."""
 
+import asyncio
 import subprocess
 import sys
 
 import pytest
 
-from targets import API_KEY, REPO, free_port, server_env
+from engine_plugins.client.mounted import check_mounted
+from targets import API_KEY, REPO, doctor_url, free_port, server_env
 
-REPLACED = [f"the contract's {m} {p} replaces vLLM's own route" for m, p in
+REPLACED = [f"{m} {p}" for m, p in
             [("POST", "/abort_requests"), ("POST", "/pause"), ("POST", "/resume"), ("GET", "/is_paused"), ("POST", "/update_weight_version")]]
 
 
@@ -17,12 +19,35 @@ REPLACED = [f"the contract's {m} {p} replaces vLLM's own route" for m, p in
 def test_every_api_process_serves_the_contract_and_logs_the_dev_routes_it_replaces(target):
     count = 2 if target.name == "vllm-api2" else 3
     log = target.log_tail()
+    # One line per API process says what it mounted, where, and which of vLLM's routes it replaced.
+    lines = [line for line in log.splitlines() if "engine_plugins: serving the RL control contract on vLLM" in line]
     for index in range(count):
-        assert f"API server {index} of {count}" in log, log[-3000:]
-    for line in REPLACED:
-        assert log.count(line) >= count, f"{line!r} not logged by each of the {count} processes:\n{log[-3000:]}"
+        said = [line for line in lines if f"API server {index} of {count}" in line]
+        assert len(said) == 1, log[-3000:]
+        replaced = said[0].split("replaced vLLM's routes:")[1].split(";")[0]
+        assert all(route in replaced for route in REPLACED), said[0]
     # Loopback with a key: no warning about open control routes, and the key is never logged.
     assert "without an API key" not in log and API_KEY not in log, log[-3000:]
+
+
+@pytest.mark.anyio
+@pytest.mark.targets("vllm", "vllm-stub")
+async def test_one_line_per_process_says_what_is_mounted_where_and_doctor_reads_it(target):
+    found = await check_mounted(target.url, target.api_key)
+    info = found.info
+    assert found.mounted and info.engine == "vllm" and info.ready, found
+    report = await asyncio.to_thread(doctor_url, target)
+    assert report["exit_code"] == 0 and report["mounted"] and report["info"]["pid"] == info.pid, report
+    assert "GET /v1/engine_plugins" in info.routes and [p.role for p in info.processes][1:] == ["engine core"]
+    # The whole log: the "vllm" target's tail is its last lines only.
+    log = target.process.log_path.read_text(errors="replace") if target.process is not None else target.log_tail()
+    served = [line for line in log.splitlines() if "engine_plugins: serving the RL control contract on vLLM" in line]
+    assert len(served) == 1 and f"in pid {info.pid} ({info.role})" in served[0], log[-3000:]
+    assert "build_app()" in info.app or target.name != "vllm", info.app
+    if target.real:
+        # vLLM's engine-core process: its own line.
+        core = [line for line in log.splitlines() if "engine_plugins: vLLM" in line and "engine core pid" in line]
+        assert len(core) == 1 and "engine_plugins_request_counts" in core[0], log[-3000:]
 
 
 @pytest.mark.targets("vllm-stub")

@@ -96,9 +96,9 @@ def recv_pyobj(socket: Any, flags: int = 0) -> Any:
     return socket.recv_pyobj(flags)
 
 
-def register_idle_sleep(names: DPControllerNames) -> None:
+def register_idle_sleep(names: DPControllerNames) -> list[str]:
     """Register the controller's event-loop hook with SGLang's hook registry (applied by SGLang
-    once every plugin has loaded, in this process)."""
+    once every plugin has loaded, in this process). Returns the method hooked, for the startup log."""
 
     def event_loop(original: Any, controller: Any) -> Any:
         if not names.sleep_on_idle(controller):
@@ -107,6 +107,7 @@ def register_idle_sleep(names: DPControllerNames) -> None:
         return run_sleeping_loop(names, controller)
 
     names.hook_event_loop(event_loop)
+    return ["DataParallelController.event_loop"]
 
 
 def run_sleeping_loop(names: DPControllerNames, controller: Any) -> None:

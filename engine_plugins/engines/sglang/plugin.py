@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import sys
 import weakref
 from typing import Any, Optional
@@ -28,6 +29,8 @@ from engine_plugins.host.config import ConfigError, describe
 from engine_plugins.core.control import RolloutControl
 from engine_plugins.core.delivery import install_outermost
 from engine_plugins.contract.errors import StartupError
+from engine_plugins.contract.schema import ProcessPart
+from engine_plugins.host.about import MountFacts, listing, process_origin
 from engine_plugins.host.exposure import RedactSecrets, key_policy
 from engine_plugins.host.http_api import build_routes
 from engine_plugins.engines.sglang import native_routes, routes
@@ -98,18 +101,34 @@ _child_installed = False
 def _load_in_child() -> None:
     """In SGLang's DP-controller process, register the hook that lets its loop sleep when idle;
     in its scheduler process, the hooks that end an aborted running request without one more
-    decode pass. A failure keeps SGLang's own code (the HTTP process checked every name at startup)."""
+    decode pass. A failure keeps SGLang's own code (the HTTP process checked every name at startup).
+    A process where something was registered says so in one line."""
     global _child_installed
     if _child_installed:
         return
     _child_installed = True
+    hooked: list[str] = []
+    roles: list[str] = []
     try:
         if in_dp_controller_process():
-            register_idle_sleep(load_dp_controller_names())
+            roles.append("DP controller")
+            hooked += register_idle_sleep(load_dp_controller_names())
         if in_scheduler_process():
-            register_abort_without_last_pass(load_scheduler_names())
+            roles.append("scheduler")
+            hooked += register_abort_without_last_pass(load_scheduler_names())
     except (ImportError, AttributeError) as exc:
         logger.warning("engine_plugins: SGLang keeps its own code in this process: %s", exc)
+        return
+    if hooked:
+        _log_lines([
+            f"engine_plugins: SGLang {_installed_version()} {' / '.join(roles)} pid {os.getpid()} ({process_origin()}): "
+            f"hooks {', '.join(hooked)} registered with SGLang's HookRegistry (applied once plugins have loaded)"
+        ])
+
+
+def _installed_version() -> str:
+    """The installed SGLang's version, from its metadata (a child does not load the facade)."""
+    return MANIFEST.installed_version()
 
 
 def install(names: SGLangNames) -> None:
@@ -198,16 +217,49 @@ def _refuse_multi_tokenizer(server_args: Any) -> None:
         )
 
 
+# What the plugin installs in SGLang's children by its rule (each says so in its own line): the
+# HTTP process does not see them, so GET /v1/engine_plugins lists them as not seen.
+_CHILD_PARTS = (
+    ProcessPart(role="scheduler", installed=["Scheduler.abort_request and Scheduler._reqs_finishing_inflight hooks "
+                                             "(SGLang 0.5.22 on: an aborted running request ends without one more decode pass)"], seen=False),
+    ProcessPart(role="DP controller (--dp-size > 1)", installed=["DataParallelController.event_loop hook (sleeps when idle)"], seen=False),
+)
+
+
+def _record(about: MountFacts, names: SGLangNames, report: MountReport, hooked: list[str]) -> None:
+    """Fill *about* (``GET /v1/engine_plugins``) with what :func:`install` did in this process."""
+    about.engine, about.engine_version, about.supported = "sglang", names.version, MANIFEST.supported
+    about.app = f"{getattr(names.http_server, '__name__', 'sglang.srt.entrypoints.http_server')}.app"
+    about.role = f"SGLang's HTTP server process, {process_origin()}"
+    about.routes = [f"{m} {p}" for m, p in report.added]
+    about.replaced = [f"{m} {p} ({e})" for m, p, e in report.replaced]
+    about.kept_native = [f"{m} {p} ({e})" for m, p, e in report.kept_native]
+    about.hooks = [f"{h} hook" for h in hooked]
+    about.others = [part.model_copy() for part in _CHILD_PARTS]
+    about.shims = list(names.notes)
+    about.ready = True
+
+
 def _log_startup(names: SGLangNames, stack: PluginStack, report: MountReport, hooks: RegisteredHooks) -> None:
-    """Log what was mounted. SGLang configures logging only later, so until then the lines go
-    through a handler of their own, at INFO."""
-    hooked = ", ".join([*hooks.targets(), "http_server.launch_server"])
-    lines = [
-        f"engine_plugins: SGLang {names.version}: contract mounted; settings {describe(stack.settings)}; "
-        f"shims: {'; '.join(names.notes) or 'none'} (supported: SGLang {MANIFEST.supported})",
-        *report.lines(),
-        f"engine_plugins: hooks registered with SGLang's HookRegistry (applied once plugins have loaded): {hooked}",
-    ]
+    """Log what was mounted and where, in one line."""
+    hooked = [*hooks.targets(), "http_server.launch_server"]
+    _record(stack.about, names, report, hooked)
+    about = stack.about
+    kept = (f"; kept SGLang routes (ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES=false), contract route not mounted: "
+            f"{listing(about.kept_native)}" if about.kept_native else "")
+    _log_lines([
+        f"engine_plugins: SGLang {names.version}: contract mounted on {about.app} (the app launch_server serves) "
+        f"in pid {os.getpid()} ({about.role}); added routes: {listing(about.routes)}; "
+        f"replaced SGLang routes: {listing(about.replaced)}{kept}; "
+        f"hooks registered with SGLang's HookRegistry (applied once plugins have loaded): {', '.join(hooked)}; "
+        f"scheduler processes: their own line; settings {describe(stack.settings)}; "
+        f"shims: {'; '.join(names.notes) or 'none'} (supported: SGLang {MANIFEST.supported})"
+    ])
+
+
+def _log_lines(lines: list[str]) -> None:
+    """Log *lines* at INFO. SGLang configures logging only later, so until then the lines go
+    through a handler of their own."""
     if logger.isEnabledFor(logging.INFO) and logging.getLogger().handlers:
         for line in lines:
             logger.info("%s", line)

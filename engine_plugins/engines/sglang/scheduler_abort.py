@@ -72,11 +72,12 @@ def in_queued_results(scheduler: Any, marked: list[Any]) -> list[Any]:
     return [req for req in marked if req in queued and req.beam_group is None]
 
 
-def register_abort_without_last_pass(names: SchedulerNames) -> None:
+def register_abort_without_last_pass(names: SchedulerNames) -> list[str]:
     """Register the hooks with SGLang's hook registry (applied by SGLang once every plugin has
-    loaded, in this process); nothing where SGLang leaves no finishing request out (before 0.5.22)."""
+    loaded, in this process); nothing where SGLang leaves no finishing request out (before 0.5.22).
+    Returns the methods hooked, for the startup log."""
     if not names.leaves_finishing_requests_out():
-        return
+        return []
     aborted: "weakref.WeakSet[Any]" = weakref.WeakSet()
     """The schedulers with aborted requests possibly still in their running batch."""
 
@@ -99,3 +100,4 @@ def register_abort_without_last_pass(names: SchedulerNames) -> None:
 
     names.hook("abort_request", abort_request)
     names.hook("_reqs_finishing_inflight", reqs_finishing_inflight)
+    return ["Scheduler.abort_request", "Scheduler._reqs_finishing_inflight"]

@@ -32,6 +32,11 @@ def create_app(engine: Optional[StubEngine] = None, settings: Optional[Settings]
     stack = assemble(get_control, lambda: get_control().seam.api_keys(), settings)
     app.state.plugin_stack = stack
     app.include_router(stack.router)
+    about = stack.about
+    about.app = f"{__name__}.create_app()"
+    about.role = "the stub engine's server process"
+    about.routes = [f"{m} {r.path}" for r in stack.router.routes for m in sorted(getattr(r, "methods", None) or ())]
+    about.ready = True
     _mount_metrics(app)
 
     @app.get("/health")

@@ -137,9 +137,17 @@ def _stay_paused() -> None:
     logger.info("engine_plugins: wake_up left the scheduler paused: the contract's pause holds it until /resume")
 
 
+INSTALLED = (
+    f"EngineCore utilities {REQUEST_COUNTS_UTILITY}, {PAUSE_HOLD_UTILITY}, {SET_VERSION_UTILITY}, {GET_VERSION_UTILITY}",
+    "EngineCore.wake_up and EngineCoreProc checkpoint guards against the contract's pause",
+)
+"""What :func:`install_in_engine_core` installs, as the startup log and ``GET /v1/engine_plugins`` say it."""
+
+
 def install_in_engine_core() -> None:
     """The general plugin's utilities on vLLM's own ``EngineCore``: :func:`install_request_counts`,
-    :func:`install_pause_hold`, :func:`install_weight_version` and :func:`install_checkpoint_guard`."""
+    :func:`install_pause_hold`, :func:`install_weight_version` and :func:`install_checkpoint_guard`
+    (:data:`INSTALLED` says them)."""
     from vllm.v1.engine.core import EngineCore, EngineCoreProc
 
     install_request_counts(EngineCore)

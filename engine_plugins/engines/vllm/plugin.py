@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import sys
 from argparse import Namespace
 from typing import Any, Callable, Optional
 
@@ -24,6 +26,8 @@ from engine_plugins.host.config import Settings, describe
 from engine_plugins.core.control import RolloutControl
 from engine_plugins.core.delivery import install_outermost
 from engine_plugins.contract.errors import StartupError
+from engine_plugins.contract.schema import ProcessPart
+from engine_plugins.host.about import listing, process_origin
 from engine_plugins.host.exposure import key_policy
 from engine_plugins.host.http_api import build_routes
 from engine_plugins.fanout.peers import Peers, hand_out, handed
@@ -31,7 +35,8 @@ from engine_plugins.fanout.process_header import ApiServerHeader, ApiServerIdent
 from engine_plugins.fanout.spread import ServerControl
 from engine_plugins.engines.vllm import engine_core, facade, native_routes
 from engine_plugins.engines.vllm.facade import VllmEngine, VllmNames
-from engine_plugins.engines.vllm.routes import mount
+from engine_plugins.engines.vllm.manifest import MANIFEST
+from engine_plugins.engines.vllm.routes import MountReport, mount
 from engine_plugins.engines.vllm.seam import VllmSeam
 from engine_plugins.engines.vllm.tracking import Tracker
 from engine_plugins.engines.vllm.weight_routes import GuardWeightRoutes
@@ -56,6 +61,7 @@ class VllmEndpointPlugin:
         self._control: Optional[RolloutControl] = None
         self._keys: list[str] = []
         self._api_server = ApiServerIdentity()
+        self._report = MountReport()
 
     def attach_router(self, app: Any) -> None:
         """Mount the contract's routes; vLLM then replaces its routes with the same path and method.
@@ -72,16 +78,18 @@ class VllmEndpointPlugin:
             alias_router = build_routes(self._stack.hooks, self._stack.settings, aliases, lambda: self._keys,
                                         engine_answers=native_routes.ENGINE_ANSWERS)
             router.routes.extend([*self._stack.router.routes, *alias_router.routes])
-        report = mount(app, router, self._stack.settings.replace_native_routes)
+        report = self._report = mount(app, router, self._stack.settings.replace_native_routes)
+        about = self._stack.about
+        about.engine, about.supported, about.app = "vllm", MANIFEST.supported, f"the app {_app_builder()} built"
+        about.routes = [f"{m} {p}" for m, p in report.added + report.replaced]
+        about.replaced = [f"{m} {p}" for m, p in report.replaced]
+        about.kept_native = [f"{m} {p}" for m, p in report.kept_native]
         app.add_middleware(ApiServerHeader, identity=self._api_server)
         # The weight and memory routes vLLM's own key middleware leaves open: the contract's key rule.
         app.add_middleware(GuardWeightRoutes, keys=lambda: self._keys or [self._stack.settings.api_key or ""])
         # An abort with wait answers after the answers of the requests it covered are written.
         install_outermost(app)
-        for line in report.lines():
-            logger.info("%s", line)
-        for line in report.warnings():
-            logger.warning("%s", line)
+        # What was mounted is said in one line once init_state has checked the engine (_log_mounted).
 
     async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:
         """Check the engine and the flags, then build the control over this ``AsyncLLM``
@@ -93,7 +101,7 @@ class VllmEndpointPlugin:
         if said is not None:
             logger.log(*said)
         if engine_client is None:
-            logger.warning("engine_plugins: no engine on this server (render only); the contract answers 503")
+            self._log_mounted(None, "no engine on this server (render only); the contract answers 503")
             return
         names = self._load_names()
         vllm = VllmEngine(names, engine_client)
@@ -132,12 +140,46 @@ class VllmEndpointPlugin:
             await control.serve_peers()
             self._api_server.index, self._api_server.count = index, api_servers
         self._control = control
-        shims = names.shims()
-        logger.info(
-            "engine_plugins: serving the RL control contract on vLLM %s (%s); shims: %s%s",
-            names.version, describe(self._stack.settings), "; ".join(shims) if shims else "none",
-            f"; API server {self._api_server.index} of {api_servers}" if api_servers > 1 else "",
+        about = self._stack.about
+        about.engine_version, about.shims, about.ready = names.version, names.shims(), True
+        about.api_servers, about.api_server_index = api_servers, (self._api_server.index if api_servers > 1 else None)
+        about.others = [ProcessPart(role="engine core", installed=list(engine_core.INSTALLED), seen=True)]
+        self._log_mounted(names.version)
+
+    def _log_mounted(self, version: Optional[str], note: str = "") -> None:
+        """Say in one line what this API process mounted, where, and what it checked in the engine
+        core (WARNING when a contract route was left unmounted or there is no engine)."""
+        assert self._stack is not None
+        about, report = self._stack.about, self._report
+        server = f"API server {about.api_server_index} of {about.api_servers}, " if about.api_servers > 1 else ""
+        about.role = f"vLLM API server process, {server}{process_origin()}"
+        kept = (f"; kept vLLM's own {listing(about.kept_native)} (ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES=0): "
+                "the contract is not served there" if report.kept_native else "")
+        engine = (f"engine core: {'; '.join(engine_core.INSTALLED)} ({engine_core.REQUEST_COUNTS_UTILITY} answered "
+                  "the plugin's call)" if version else note)
+        shims = about.shims
+        logger.log(
+            logging.WARNING if (kept or not version) else logging.INFO,
+            "engine_plugins: serving the RL control contract on vLLM %s: routes mounted on %s in pid %d (%s); "
+            "added routes: %s; replaced vLLM's routes: %s%s; %s; settings %s; shims: %s",
+            version or MANIFEST.installed_version(), about.app, os.getpid(), about.role,
+            listing([f"{m} {p}" for m, p in report.added]), listing(about.replaced), kept, engine,
+            describe(self._stack.settings), "; ".join(shims) if shims else "none",
         )
+
+
+def _app_builder() -> str:
+    """The function that built the app ``attach_router`` is given (vLLM's ``build_app``), by
+    module, from the calling frames; else the first caller outside this package."""
+    frame, first = sys._getframe(2), ""
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if frame.f_code.co_name == "build_app":
+            return f"{module}.build_app()"
+        if not first and not module.startswith("engine_plugins"):
+            first = f"{module}.{frame.f_code.co_name}()"
+        frame = frame.f_back
+    return first or "vLLM"
 
 
 def endpoint_plugin() -> VllmEndpointPlugin:
@@ -162,3 +204,20 @@ def general_plugin() -> None:
     except ImportError as exc:
         # The endpoint plugin's startup probe turns this into a clear error in the API server.
         logger.warning("engine_plugins: cannot install its engine-core utilities: %s", exc)
+        return
+    _log_engine_core()
+
+
+_engine_core_logged = False
+
+
+def _log_engine_core() -> None:
+    """In vLLM's engine-core process (vLLM names it ``EngineCore`` or ``EngineCore_DP<n>``), say in
+    one line what the general plugin installed there; the other processes use none of it."""
+    global _engine_core_logged
+    name = multiprocessing.current_process().name
+    if _engine_core_logged or not name.startswith("EngineCore"):
+        return
+    _engine_core_logged = True
+    logger.info("engine_plugins: vLLM %s engine core pid %d (%s, %s): %s", MANIFEST.installed_version(), os.getpid(),
+                name, process_origin(), "; ".join(engine_core.INSTALLED))

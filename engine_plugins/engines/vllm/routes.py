@@ -26,20 +26,6 @@ class MountReport:
     replaced: list[tuple[str, str]] = field(default_factory=list)
     kept_native: list[tuple[str, str]] = field(default_factory=list)
 
-    def lines(self) -> list[str]:
-        """Human-readable lines for the startup log (kept routes are warnings: see :meth:`warnings`)."""
-        return [f"engine_plugins: adding {m} {p}" for m, p in self.added] + [
-            f"engine_plugins: the contract's {m} {p} replaces vLLM's own route" for m, p in self.replaced
-        ]
-
-    def warnings(self) -> list[str]:
-        """Lines for the routes where vLLM's own route is kept and the contract is not served."""
-        return [
-            f"engine_plugins: keeping vLLM's own {m} {p} (ENGINE_PLUGINS_REPLACE_NATIVE_ROUTES=0); "
-            "the contract is not served there"
-            for m, p in self.kept_native
-        ]
-
 
 def mount(app: Any, router: APIRouter, replace_native: bool = True) -> MountReport:
     """Include *router* in vLLM's *app*; where vLLM serves the same method and path, the contract's

@@ -199,6 +199,13 @@ async def model_info() -> Any:
     return {"model_path": tm.scheduler.weights, "weight_version": version}
 
 
+@app.get("/server_info")
+async def server_info() -> Any:
+    """SGLang's route (863-890): its server args and its version; the fields the client reads."""
+    tm = _global_state.tokenizer_manager
+    return {"model_path": tm.scheduler.weights, "tp_size": 1, "version": "0.5.23"}
+
+
 @app.get("/fake/scheduler")
 async def scheduler_state() -> Any:
     """The first rank's weights and flush count (not an SGLang route)."""
