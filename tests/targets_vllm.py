@@ -6,7 +6,8 @@ server processes) and
 ``vllm@VERSION`` for every other release with a CPU build (requirements/engine-versions.txt),
 which run the smoke subset (engine_versions.SMOKE) in dev mode, so that vLLM's own RL routes are
 there for the contract's to replace; ``vllm-skyrl`` is the pinned vLLM started as SkyRL's Ray actor
-starts it (the smoke subset and SkyRL's calls)."""
+starts it (the smoke subset and SkyRL's calls), ``vllm-prime-rl`` as prime-rl's server starts it,
+with two API processes (the smoke subset and prime-rl's calls)."""
 
 from __future__ import annotations
 
@@ -79,12 +80,17 @@ TARGETS = {
     # Two API server processes (vLLM's default with --data-parallel-size 2) on one engine core.
     # Dev mode: each process's contract routes replace vLLM's RL routes of the same paths.
     "vllm-api2": lambda tmp: real_vllm_server(tmp, "--api-server-count", "2", env={"VLLM_SERVER_DEV_MODE": "1"}, name="vllm-api2"),
-    # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
-    # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
-    # cores, so it runs only when named (OPT_IN_TARGETS).
     # Started as SkyRL's VLLMServerActor starts it: build_app, AsyncLLMEngine, init_app_state and
     # uvicorn in one process (frameworks/skyrl_vllm_server.py). The smoke subset and SkyRL's calls.
     "vllm-skyrl": lambda tmp: real_vllm_server(tmp, name="vllm-skyrl", module="frameworks.skyrl_vllm_server"),
+    # Started as prime-rl's server starts it: its routes on vLLM's app, then vLLM's
+    # run_multi_api_server from its own process (frameworks/prime_rl_vllm_server.py), with two API
+    # processes. The smoke subset and prime-rl's calls, and a bump and abort over both processes.
+    "vllm-prime-rl": lambda tmp: real_vllm_server(tmp, "--api-server-count", "2", name="vllm-prime-rl",
+                                                  module="frameworks.prime_rl_vllm_server"),
+    # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
+    # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
+    # cores, so it runs only when named (OPT_IN_TARGETS).
     "vllm-dp2": lambda tmp: real_vllm_server(tmp, "--data-parallel-size", "2", env={"VLLM_CPU_OMP_THREADS_BIND": "0|0"}, name="vllm-dp2"),
     # Real weights, for the weight-swap tests, which change them (and the version): a server of
     # their own, in dev mode for vLLM's /collective_rpc and its weight-transfer routes, whose
@@ -95,7 +101,7 @@ TARGETS = {
         env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(TESTS)}, real_weights=True, name="vllm-weights"),
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
-REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl"}
+REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl", "vllm-prime-rl"}
 DEDICATED_TARGETS = {"vllm-weights"}
 RELEASE_FAKES = {"vllm-0.34-stub", "vllm-0.26-stub", "vllm-0.26-stub-api3", "vllm-0.31-stub"}
 for _release in SUPPORTED:
