@@ -16,7 +16,8 @@ Source: PrimeIntellect-ai/prime-rl at commit 559b44772e471d1538537b8805cc77f3824
   (so the wrapped ``build_app`` is the one there too);
 - ``:213-242``: ``server(config)``: vLLM's ``make_arg_parser`` and ``validate_parsed_serve_args``,
   then ``run_headless`` (not here), ``run_multi_api_server(args)`` with ``api_server_count > 1``,
-  else ``uvloop.run(run_server(args))``.
+  else ``uvloop.run(run_server(args))``; before it, ``src/prime_rl/inference/server.py:10-11``
+  sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` unless set.
 
 Left out: its other routes (``/load_lora_adapter``, ``/liveness``, ``/init_broadcaster``), its
 ``init_app_state`` wrapper (its token-serving state), its vLLM monkey patches (model-specific
@@ -32,6 +33,7 @@ processes through ``VLLM_PLUGINS`` in the environment, which the test server set
 
 from __future__ import annotations
 
+import os
 import sys
 from argparse import Namespace
 
@@ -88,7 +90,7 @@ def custom_run_api_server_worker_proc(listen_address, sock, args, client_config=
 def _install() -> None:
     """prime-rl's two wraps, at import in the parent and again in each API process. The
     originals are kept on vLLM's modules, as the module may be imported twice in one process
-    (``-m`` runs it as ``__main__``; a spawned child runs it again as ``__mp_main__``)."""
+    (``-m`` runs it as ``__main__``, the API process's entry imports it by name)."""
     import vllm.v1.utils
     from vllm.entrypoints.launchers.api_server import entry
 
@@ -99,7 +101,12 @@ def _install() -> None:
     vllm.v1.utils.run_api_server_worker_proc = custom_run_api_server_worker_proc
 
 
-_install()
+# Every process vLLM spawns runs this module again as __mp_main__ (multiprocessing's spawn runs
+# the parent's main module first): only the API processes need the wraps, which they apply
+# when their entry imports the module by name, so the engine core and its workers are spared
+# the API server's imports, which slow the target's start on one busy core.
+if __name__ != "__mp_main__":
+    _install()
 
 
 def server(argv: list[str]) -> None:
@@ -122,4 +129,6 @@ def server(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    # prime-rl's setup_vllm_env, before its server starts vLLM.
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     server(sys.argv[1:])
