@@ -21,7 +21,8 @@ Source: PrimeIntellect-ai/prime-rl at commit 559b44772e471d1538537b8805cc77f3824
 
 Left out: its other routes (``/load_lora_adapter``, ``/liveness``, ``/init_broadcaster``), its
 ``init_app_state`` wrapper (its token-serving state), its vLLM monkey patches (model-specific
-fixes), its worker extension (``--worker-extension-cls``: ``/update_weights`` answers 500 here)
+fixes), its worker extension (``--worker-extension-cls``: ``/update_weights`` is mounted but has no
+worker method to call here, and no test calls it)
 and its config (the flags come from the command line; ``api_server_count`` defaults to 1, as in
 its ``InferenceConfig``). Changed for vLLM 0.32: the argument parser is
 ``vllm.entrypoints.launchers.cli_args`` (``vllm.entrypoints.openai.cli_args`` before 0.32), and
