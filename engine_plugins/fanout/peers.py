@@ -5,8 +5,9 @@ through the one port. Every process listens on a Unix socket of its own, in a di
 the server's *link*; a control call that must cover the whole server is passed to every other
 process over these sockets and the answers are merged (:mod:`engine_plugins.fanout.spread`).
 
-The link is made once per server by the process that starts the API processes (vLLM's
-``vllm serve`` runs the general plugin before it starts them, :func:`hand_out`), and reaches them
+The link is made once per server by the process that starts the API processes (vLLM runs the
+general plugin there before it starts them, whether ``vllm serve`` or a framework's launcher calls
+vLLM's ``run_multi_api_server``: :func:`hand_out`), and reaches them
 in the environment they inherit (:func:`handed`): a random name, so that no two servers share a
 socket (also across containers that share ``/tmp``), and a random key that every call carries and
 every process checks before it runs anything, so that no other server, and no other process of

@@ -1,11 +1,14 @@
 """Startup on vLLM: with several API server processes each one serves the contract and says which
 process it is; where vLLM's dev-mode RL routes exist (VLLM_SERVER_DEV_MODE=1) the log says which
-ones the contract replaces; a missing engine-core half stops startup naming VLLM_PLUGINS."""
+ones the contract replaces; a missing engine-core half stops startup naming VLLM_PLUGINS;
+``python -m vllm.entrypoints.openai.api_server --api-server-count 2``, which vLLM serves from one
+process, serves the contract as one."""
 
 import asyncio
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from engine_plugins.client.mounted import check_mounted
@@ -71,3 +74,21 @@ def test_require_key_stops_a_keyless_server_at_startup_naming_the_variable(targe
     log = done.stdout + done.stderr
     assert done.returncode != 0, log[-3000:]
     assert "ENGINE_PLUGINS_REQUIRE_KEY is set but this server has no API key" in log, log[-3000:]
+
+
+# A real vLLM of its own (not a target): the module's one process, given a count vLLM ignores there.
+@pytest.mark.real
+def test_vllms_server_module_given_two_api_servers_serves_the_contract_from_its_one_process(tmp_path):
+    from tools.launcher.engine_server import EngineServer
+
+    with EngineServer("vllm", REPO, api_key=API_KEY, env={"VLLM_PLUGINS": "engine_plugins"}, extra_args=["--api-server-count", "2"],
+                      module="vllm.entrypoints.openai.api_server", log_path=tmp_path / "vllm.log") as server:
+        with httpx.Client(base_url=server.url, headers=server.headers(), timeout=60) as http:
+            paused = http.post("/pause", json={"mode": "abort"})
+            resumed = http.post("/resume")
+            loads = http.get("/v1/loads")
+        log = server.log_tail(1_000_000)
+    assert paused.status_code == 200 and paused.json()["is_paused"] is True, paused.text
+    assert resumed.status_code == 200 and loads.status_code == 200, (resumed.text, loads.text)
+    assert "engine-plugins-api-server" not in loads.headers, "one process named as one of several"
+    assert "serving the RL control contract" in log and "found no link" not in log, log[-3000:]

@@ -128,12 +128,17 @@ class VllmEndpointPlugin:
             # Each API process has its own front end: calls that cover the whole server are
             # passed to the other processes (the processes of one server share its parent).
             index = vllm.api_server_index()
-            link = handed(os.getppid())
+            parent = os.getppid()
+            link = handed(parent)
             if link is None:
+                # vLLM loads the general plugins in the process that starts the API processes
+                # before it starts them, however it was launched (docs/engine-notes.md): no link
+                # means that process ran without engine_plugins allowed, so no secret is shared.
                 raise StartupError(
                     f"engine_plugins: API server {index} of {api_servers} found no link to the other API processes: "
-                    "the process that started them did not run the vllm.general_plugins entry point 'engine_plugins' "
-                    "(start the server with `vllm serve` and VLLM_PLUGINS naming engine_plugins)"
+                    f"the process that started them (pid {parent}) did not load vLLM's general plugin 'engine_plugins' "
+                    "before it did; set VLLM_PLUGINS naming engine_plugins in that process's environment, "
+                    "not only in the API processes'"
                 )
             peers = Peers(link, index, api_servers)
             control = ServerControl(control, peers)
@@ -194,10 +199,11 @@ def general_plugin() -> None:
     than once; installing is idempotent and matters only in the engine-core process, where
     ``GET /v1/loads`` asks each scheduler for its running and waiting counts. It also hands out
     the link between the API processes (:func:`~engine_plugins.fanout.peers.hand_out`), which only
-    the children of ``vllm serve``'s own process read.
+    the API processes that this process starts read.
     """
-    # In `vllm serve`'s own process this runs before it starts the API processes (vLLM loads
-    # general plugins while it parses the command line), which inherit the link made here.
+    # In the process that starts the API processes (`vllm serve`'s, or a framework's that calls
+    # vLLM's run_multi_api_server) this runs before it starts them: vLLM loads general plugins
+    # when it builds its argument parser and its engine arguments. They inherit the link.
     hand_out()
     try:
         engine_core.install_in_engine_core()
