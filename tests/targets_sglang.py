@@ -99,6 +99,9 @@ def sglang_dp_server(tmp_dir: Path, ranks: int = DP_SIZE, extra_args: tuple[str,
                               env={"SGLANG_CPU_OMP_THREADS_BIND": dp_threads_bind(ranks)}, name=f"sglang-dp{ranks}")
 
 
+# The release AReaL's launch module runs on (see sglang-areal).
+AREAL_SGLANG = "0.5.12"
+
 TARGETS = {
     "sglang-stub": lambda tmp: sglang_fake_server(tmp, "--step-s", "0.002", "--tokenize-s", "0.005"),
     # The fake as SGLang 0.5.19: the dispatch-mark shims (its TokenizerManager marks nothing).
@@ -125,9 +128,15 @@ TARGETS = {
     # Started as slime, miles and NeMo-RL start it: a spawned child of their Ray actor running
     # launch_server (frameworks/spawned_sglang.py). The smoke subset and those frameworks' calls.
     "sglang-spawned": lambda tmp: sglang_real_server(tmp, name="sglang-spawned", module="frameworks.spawned_sglang", ray=True),
+    # Started as AReaL starts it: its own launch module, which calls SGLang's private
+    # _launch_subprocesses and _setup_and_run_http_server (frameworks/areal_sglang_server.py), on
+    # the supported release nearest AReaL's pin (0.5.10, refused; from 0.5.19 on the first returns
+    # one more value than AReaL's code unpacks). The smoke subset and AReaL's calls.
+    "sglang-areal": lambda tmp: sglang_real_server(tmp, name="sglang-areal", module="frameworks.areal_sglang_server",
+                                                   version=AREAL_SGLANG),
 }
 # The real servers among them (targets.py: fewer, longer rounds; setup reruns).
-REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights", "sglang-spawned"}
+REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights", "sglang-spawned", "sglang-areal"}
 DEDICATED_TARGETS = {"sglang-weights"}
 RELEASE_FAKES = {"sglang-0.5.19-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub", "sglang-0.5.12-stub"}
 # Every other release with a CPU build: the smoke subset (engine_versions.SMOKE).

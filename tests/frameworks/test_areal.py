@@ -21,7 +21,7 @@ from contract.api import Api
 
 from .native import client, sglang_generate
 
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub")]
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub", "sglang-areal")]
 
 
 def areal_reads(out: dict) -> tuple[str, str, list[int], list[float]]:

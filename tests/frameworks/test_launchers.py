@@ -1,7 +1,9 @@
-"""The engine as the frameworks launch it serves the contract: SGLang spawned as a
-``multiprocessing`` child running ``launch_server`` by slime's, miles' and NeMo-RL's launch code
+"""The engine as the frameworks launch it serves the contract: SGLang spawned from a Ray actor as
+a ``multiprocessing`` child running ``launch_server`` by slime's, miles' and NeMo-RL's launch code
 (``frameworks/spawned_sglang.py``), where the plugin once mounted nothing and a bare version bump
-aborted every request again. The pinned server and its fake, started by hand, run the same tests.
+aborted every request again, and SGLang started by AReaL's own launch module, which calls SGLang's
+private set-up functions instead of ``launch_server`` (``frameworks/areal_sglang_server.py``).
+The pinned server and its fake, started by hand, run the same tests.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import pytest
 
 from contract.api import Api
 from engine_plugins.client.mounted import check_mounted
+from engine_plugins.host.http_api import CONTRACT_ROUTES
 from targets import doctor_url
 
 from .native import client, sglang_generate
 
-pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub", "sglang-spawned")]
+pytestmark = [pytest.mark.anyio, pytest.mark.targets("sglang", "sglang-stub", "sglang-spawned", "sglang-areal")]
 
 
 async def test_the_contract_is_mounted_in_the_process_that_serves_and_says_so(target):
@@ -33,7 +36,10 @@ async def test_the_contract_is_mounted_in_the_process_that_serves_and_says_so(ta
     assert found.mounted and info.engine == "sglang" and info.app.endswith("http_server.app"), found
     report = await asyncio.to_thread(doctor_url, target)
     assert report["exit_code"] == 0 and report["mounted"] and report["info"]["pid"] == info.pid, report
-    assert "GET /v1/engine_plugins" in info.routes and any("TokenizerManager." in p for p in info.processes[0].installed)
+    # The whole contract: every route of it is on the app this server serves.
+    missing = [f"{r.method} {r.path}" for r in CONTRACT_ROUTES if f"{r.method} {r.path}" not in info.routes]
+    assert not missing and "GET /v1/engine_plugins" in info.routes, missing
+    assert any("TokenizerManager." in p for p in info.processes[0].installed)
     if target.name == "sglang-spawned":
         # slime's, miles' and NeMo-RL's launch code spawns the process that serves.
         assert "multiprocessing child of pid" in info.role, info.role
@@ -41,9 +47,9 @@ async def test_the_contract_is_mounted_in_the_process_that_serves_and_says_so(ta
     # The HTTP server process: one line saying what it mounted, on which app, in which process.
     mounted = [line for line in log.splitlines() if re.search(r"engine_plugins: SGLang \S+.*: contract mounted on ", line)]
     assert len(mounted) == 1 and f"in pid {info.pid} ({info.role})" in mounted[0], log[-3000:]
-    if target.real:
-        # SGLang's scheduler process: its own line, its own pid.
-        scheduler = [line for line in log.splitlines() if "engine_plugins: SGLang 0.5.23 scheduler pid" in line]
+    if target.real and tuple(map(int, info.engine_version.split("."))) >= (0, 5, 22):
+        # SGLang's scheduler process, which the plugin hooks from 0.5.22 on: its own line, its own pid.
+        scheduler = [line for line in log.splitlines() if re.search(r"engine_plugins: SGLang \S+ scheduler pid", line)]
         assert len(scheduler) == 1 and "Scheduler.abort_request" in scheduler[0], log[-3000:]
 
 
