@@ -35,9 +35,15 @@ engines: setup
 	bash scripts/setup-engines.sh all
 
 # Everything: unit tests, the contract suite against the stub, both engines' fakes, and the
-# real SGLang and vLLM servers.
+# real SGLang and vLLM servers. In two runs: first every test that needs no real engine, on
+# TEST_WORKERS pytest-xdist workers (each target's tests on one of them; they mostly wait on their
+# servers), with all the fuzz examples and soak rounds; then the real engines' tests, one at a
+# time, since each real engine takes the cores it is placed on. (Exit status 5, "no tests
+# collected", is not a failure: PYTEST_ARGS may name tests of one kind only.)
+TEST_WORKERS ?= 4
 test: setup engines
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not real" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(VENV)/bin/python -m pytest -m real $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The smoke subset on the releases with a CPU build that no RL framework pins (make test runs it on
 # those a framework pins): the 5th column of requirements/engine-versions.txt is "-".
