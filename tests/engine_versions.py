@@ -124,7 +124,10 @@ SMOKE = frozenset({
     *(f"frameworks/test_prime_rl.py::{name}" for name in (
         "test_prime_rls_keep_pause_answers_as_its_server_and_the_gauges_see_the_requests",
         "test_a_bump_and_an_abort_sent_to_one_api_process_of_prime_rls_server_cover_both")),
-    "frameworks/test_areal.py::test_areals_pause_returns_with_every_running_request_out_and_continue_resumes",
+    *(f"frameworks/test_areal.py::{name}" for name in (
+        "test_areals_pause_returns_with_every_running_request_out_and_continue_resumes",
+        "test_areals_vllm_pause_aborts_every_running_request_with_its_tokens_and_the_resent_ones_finish",
+        "test_a_contract_version_bump_keeps_areals_running_vllm_completions")),
     *(f"frameworks/test_miles.py::{name}" for name in (
         "test_miles_prefix_abort_aborts_exactly_that_adapters_requests_and_counts_them",
         "test_a_prefix_abort_that_names_no_prefix_is_a_400_saying_so",
@@ -135,7 +138,7 @@ VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
 # Those no framework pins run only when named (make test-releases), to keep make test in time.
 OPT_IN_VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real" and not r.frameworks)
 # The targets that run only SMOKE: those, and the fake that follows vLLM 0.31 (its shims, fast).
-SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub", "sglang-spawned", "sglang-areal", "vllm-skyrl", "vllm-prime-rl"}
+SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub", "sglang-spawned", "sglang-areal", "vllm-skyrl", "vllm-prime-rl", "vllm-areal"}
 
 
 def in_smoke(nodeid: str) -> bool:

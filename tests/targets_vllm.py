@@ -7,7 +7,8 @@ server processes) and
 which run the smoke subset (engine_versions.SMOKE) in dev mode, so that vLLM's own RL routes are
 there for the contract's to replace; ``vllm-skyrl`` is the pinned vLLM served from a Ray actor as
 SkyRL's ``VLLMServerActor`` serves it (the smoke subset and SkyRL's calls), ``vllm-prime-rl`` as
-prime-rl's server starts it, with two API processes (the smoke subset and prime-rl's calls)."""
+prime-rl's server starts it, with two API processes (the smoke subset and prime-rl's calls), and
+``vllm-areal`` as AReaL's server module starts it (the smoke subset and AReaL's calls)."""
 
 from __future__ import annotations
 
@@ -91,6 +92,10 @@ TARGETS = {
     # processes. The smoke subset and prime-rl's calls, and a bump and abort over both processes.
     "vllm-prime-rl": lambda tmp: real_vllm_server(tmp, "--api-server-count", "2", name="vllm-prime-rl",
                                                   module="frameworks.prime_rl_vllm_server"),
+    # Started as AReaL starts it: its server module (frameworks/areal_vllm_server.py), AReaL's
+    # pause, continue and pause-waiting /v1/completions on vLLM's app, then vLLM's run_server.
+    # The smoke subset and AReaL's calls.
+    "vllm-areal": lambda tmp: real_vllm_server(tmp, name="vllm-areal", module="frameworks.areal_vllm_server"),
     # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
     # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
     # cores, so it runs only when named (OPT_IN_TARGETS).
@@ -104,7 +109,7 @@ TARGETS = {
         env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(TESTS)}, real_weights=True, name="vllm-weights"),
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
-REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl", "vllm-prime-rl"}
+REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl", "vllm-prime-rl", "vllm-areal"}
 DEDICATED_TARGETS = {"vllm-weights"}
 RELEASE_FAKES = {"vllm-0.34-stub", "vllm-0.26-stub", "vllm-0.26-stub-api3", "vllm-0.31-stub"}
 for _release in SUPPORTED:
