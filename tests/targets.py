@@ -95,6 +95,14 @@ def doctor_url(target: "Target") -> dict:
     return report
 
 
+def launch_code_path(ray: bool = False) -> str:
+    """``PYTHONPATH`` for a server started by a framework's launch code under tests/ (run with
+    ``python -m``), with Ray for the engine's interpreter when that code starts a Ray actor."""
+    from tools.launcher.engine_server import ray_dir
+
+    return os.pathsep.join([str(TESTS), *([str(ray_dir())] if ray else [])])
+
+
 @contextlib.contextmanager
 def module_server(tmp_dir: Path, module: str, *args: str, env: Optional[dict] = None, startup_s: float = 30) -> Iterator[ServerProcess]:
     """``python -m module --port P *args`` on a free loopback port, in :func:`server_env`, ready

@@ -26,12 +26,11 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Iterator, Optional
 
 from engine_versions import SUPPORTED
-from targets import API_KEY, REPO, TESTS, Target, make_checkpoints, module_server
+from targets import API_KEY, REPO, Target, launch_code_path, make_checkpoints, module_server
 
 
 @contextlib.contextmanager
@@ -59,7 +58,7 @@ def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS,
     ``checkpoints``) instead of random weights. *module*: a framework's launch code under tests/
     (run with ``python -m``, SGLang's flags) in place of ``sglang.launch_server``; *ray*: with Ray
     on its path (the launch code starts the engine from a Ray actor)."""
-    from tools.launcher.engine_server import EngineServer, ensure_engine, ray_dir
+    from tools.launcher.engine_server import EngineServer, ensure_engine
 
     paths = ensure_engine("sglang", REPO, version=version, ray=ray)
     checkpoints, model_args = (), []
@@ -67,7 +66,7 @@ def sglang_real_server(tmp_dir: Path, extra_args: tuple[str, ...] = SGLANG_ARGS,
         checkpoints = make_checkpoints(paths.python, paths.model_dir)
         model_args = ["--load-format", "auto"]
     if module is not None:
-        env = {**(env or {}), "PYTHONPATH": os.pathsep.join([str(TESTS), *([str(ray_dir())] if ray else [])])}
+        env = {**(env or {}), "PYTHONPATH": launch_code_path(ray)}
     server = EngineServer("sglang", REPO, api_key=API_KEY, extra_args=[*extra_args, *model_args], env=env,
                           log_path=tmp_dir / "sglang.log", version=version, model_dir=checkpoints[0] if checkpoints else None,
                           module=module)

@@ -13,12 +13,11 @@ prime-rl's server starts it, with two API processes (the smoke subset and prime-
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Iterator
 
 from engine_versions import SUPPORTED
-from targets import API_KEY, REPO, TESTS, Target, make_checkpoints, module_server
+from targets import API_KEY, REPO, TESTS, Target, launch_code_path, make_checkpoints, module_server
 
 # The test-only weight-transfer backend's worker extension (its module is under tests/).
 FILE_TRANSFER_EXTENSION = "swap.file_transfer.FileTransferWorkerExtension"
@@ -42,7 +41,7 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
     (the target's ``checkpoints``) instead of random weights. *module*: a framework's launch code
     under tests/ (run with ``python -m``, vLLM's flags) in place of vLLM's server module; *ray*:
     with Ray on its path (the launch code starts the engine in a Ray actor)."""
-    from tools.launcher.engine_server import EngineServer, ensure_engine, ray_dir
+    from tools.launcher.engine_server import EngineServer, ensure_engine
 
     paths = ensure_engine("vllm", REPO, version=version, ray=ray)
     checkpoints: tuple[Path, ...] = ()
@@ -51,7 +50,7 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
         extra_args = (*extra_args, "--load-format", "auto")
     server_env = {"VLLM_PLUGINS": "engine_plugins", **(env or {})}
     if module is not None:
-        server_env["PYTHONPATH"] = os.pathsep.join([str(TESTS), *([str(ray_dir())] if ray else [])])
+        server_env["PYTHONPATH"] = launch_code_path(ray)
     # long_tokens: about 7 s of generation for one request with the tiny model, longer than the
     # stalls a client sees on two busy cores, so no request finishes while a test arranges things.
     name = name or ("vllm" if version is None else f"vllm@{version}")

@@ -122,10 +122,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _check_servers(parser, args)
     except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
         return int(exc.code or 0)
-    if args.command == "doctor":
-        from engine_plugins.cli.doctor_command import run as run_doctor, run_url
+    if args.command == "doctor" and args.url is None:
+        from engine_plugins.cli.doctor_command import run as run_doctor
 
-        return run_doctor(args) if args.url is None else run_url(args)
+        return run_doctor(args)
     if args.command == "patch":
         from engine_plugins.cli.patch_command import run as run_patch
 
@@ -137,6 +137,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except ConfigError as exc:
             print(f"engine-plugins: {exc}", file=sys.stderr)
             return exit_codes.USAGE
+    if args.command == "doctor":
+        from engine_plugins.cli.doctor_command import run_url
+
+        return run_url(args, api_key)
     if args.command == "demo":
         from engine_plugins.cli.demo import run as run_demo
 

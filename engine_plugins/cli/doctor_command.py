@@ -4,7 +4,7 @@ mounted (``GET /v1/engine_plugins``), and pick the exit code."""
 from __future__ import annotations
 
 import asyncio
-import sys
+from typing import Optional
 
 from engine_plugins.cli import exit_codes
 from engine_plugins.cli.doctor import diagnose
@@ -36,24 +36,17 @@ def run(args) -> int:
     return code
 
 
-def run_url(args) -> int:
-    """Ask the server at ``args.url`` what the plugin mounted; print it (or why it is absent).
+def run_url(args, api_key: Optional[str]) -> int:
+    """Ask the server at ``args.url`` what the plugin mounted (with *api_key*, from ``--api-key``
+    or ``ENGINE_PLUGINS_API_KEY``); print it (or why it is absent).
 
     OK when the contract is mounted; PROBLEMS when the server answers without it (it says which
     engine the server looks like and what to set); FAILED when it cannot be reached, refuses the
-    key or answers something else; USAGE for a bad ``ENGINE_PLUGINS_*`` variable.
+    key or answers something else.
     """
     from engine_plugins.client.errors import ServerError
     from engine_plugins.client.mounted import check_mounted
-    from engine_plugins.host.config import ConfigError, load_settings
 
-    api_key = args.api_key
-    if api_key is None:
-        try:
-            api_key = load_settings().api_key
-        except ConfigError as exc:
-            print(f"engine-plugins: {exc}", file=sys.stderr)
-            return exit_codes.USAGE
     try:
         found = asyncio.run(check_mounted(args.url, api_key, args.timeout))
     except ServerError as exc:
