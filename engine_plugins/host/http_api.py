@@ -19,11 +19,12 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Optional, Type
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from engine_plugins.host.about import ABOUT_PATH, MountFacts
 from engine_plugins.host.config import Settings, describe
 from engine_plugins.host.dispatch import INTERNAL_ERROR, Hooks, PluginError
+from engine_plugins.host.operations import Operations, validated
 from engine_plugins.contract.errors import ContractError, shown
 from engine_plugins.contract.schema import (
     CONTRACT_HEADER,
@@ -91,13 +92,15 @@ class RouteContext:
     about: Optional[MountFacts] = None
     """What the plugin mounted in this process, for ``GET /v1/engine_plugins``."""
 
+    @property
+    def ops(self) -> Operations:
+        """The contract's operations the routes call (the same the in-process API calls)."""
+        return Operations(self.hooks, self.settings)
+
 
 
 THREADED_PARSE_BYTES = 1024 * 1024
 """Bodies larger than this are parsed (JSON, then the request model) in a worker thread."""
-
-MAX_PROBLEMS_SHOWN = 10
-"""A 400 names this many problems and counts the rest (a list of a million bad values is one line)."""
 
 
 async def parse_body(request: Request, model: Type[BaseModel], max_bytes: int) -> Any:
@@ -154,45 +157,13 @@ def _parse(raw: bytes, model: Type[BaseModel]) -> Any:
             ) from None
     if not isinstance(data, dict):
         raise ContractError(400, f"the body must be a JSON object, not {type(data).__name__}", param="body")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise ContractError(400, describe_validation_error(exc), param=problem_location(exc)) from None
-
-
-def problem_location(exc: ValidationError) -> str:
-    """The first problem's place as FastAPI names it in vLLM's errors: ``body.<field path>``."""
-    loc = exc.errors()[0]["loc"] if exc.errors() else ()
-    return ".".join(["body", *(str(part) for part in loc)])
+    return validated(model, data)
 
 
 def _too_large(what: str, max_bytes: int) -> ContractError:
     return ContractError(
         413, f"{what} is over the limit of {max_bytes} bytes (ENGINE_PLUGINS_MAX_BODY_BYTES)", "request_too_large"
     )
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """``field.path: what is wrong (got value)`` for each problem, joined by ``; ``: the first
-    :data:`MAX_PROBLEMS_SHOWN` of them, then how many more, each value cut short."""
-    errors = exc.errors()
-    problems = []
-    for err in errors[:MAX_PROBLEMS_SHOWN]:
-        where = ".".join(str(part) for part in err["loc"])
-        what = err["msg"]
-        if err["type"] == "extra_forbidden":
-            what = "unknown field"
-        elif err["type"] == "value_error":
-            # A validator's own message, which names its field when the error is the model's.
-            what = str(err.get("ctx", {}).get("error", what))
-        got = err.get("input")
-        detail = f"{where}: {what}" if where else what
-        if err["type"] not in ("missing",) and where and not isinstance(got, (dict, list)):
-            detail += f" (got {shown(got)})"
-        problems.append(detail)
-    if len(errors) > MAX_PROBLEMS_SHOWN:
-        problems.append(f"and {len(errors) - MAX_PROBLEMS_SHOWN} more problems")
-    return "; ".join(problems)
 
 
 def answer_json(result: Any) -> Any:
@@ -203,50 +174,21 @@ def answer_json(result: Any) -> Any:
 
 async def _abort(ctx: RouteContext, request: Request) -> Any:
     body = await parse_body(request, AbortRequest, ctx.settings.max_body_bytes)
-    wait, timeout_s = body.wait, body.timeout_s if body.timeout_s is not None else ctx.settings.abort_timeout_s
-    if "wait" not in body.model_fields_set:
-        # No "wait" at all (vLLM's own /abort_requests body): settle briefly, so that a client
-        # polling the load next no longer counts the requests just aborted.
-        wait, timeout_s = True, body.timeout_s if body.timeout_s is not None else ctx.settings.abort_settle_s
-    request_ids, reason = body.request_ids or None, "request"
-    if body.by_age():
-        # The selector becomes the exact ids of the requests it covers, so that every abort
-        # plugin, old or new, sees an abort by ids and none can widen it to every request.
-        control = ctx.hooks.control()
-        request_ids, reason = await control.select_by_age(body.admitted_before, body.max_staleness), "stale"
-        if not request_ids:
-            return answer_json(await control.nothing_aborted())
-    return answer_json(
-        await ctx.hooks.call("abort", request, request_ids=request_ids, wait=wait, timeout_s=timeout_s, reason=reason)
-    )
+    return answer_json(await ctx.ops.abort(body, request))
 
 
 async def _loads(ctx: RouteContext, request: Request) -> Any:
-    return answer_json(await ctx.hooks.call("loads", request))
+    return answer_json(await ctx.ops.loads(request))
 
 
 async def _update_weight_version(ctx: RouteContext, request: Request) -> Any:
     body = await parse_body(request, UpdateWeightVersionRequest, ctx.settings.max_body_bytes)
-    abort_all = body.abort_all_requests
-    if abort_all is None:
-        abort_all = ctx.settings.abort_on_weight_version
-    return answer_json(
-        await ctx.hooks.call("update_weight_version", request, new_version=body.new_version, abort_all_requests=abort_all)
-    )
+    return answer_json(await ctx.ops.update_weight_version(body, request))
 
 
 async def _partial_generate(ctx: RouteContext, request: Request) -> Any:
     body = await parse_body(request, PartialGenerateRequest, ctx.settings.max_body_bytes)
-    generation = asyncio.ensure_future(
-        ctx.hooks.call(
-            "partial_generate",
-            request,
-            input_ids=body.input_ids,
-            sampling_params=body.sampling_params,
-            request_id=body.request_id,
-            max_staleness=body.max_staleness,
-        )
-    )
+    generation = asyncio.ensure_future(ctx.ops.partial_generate(body, request))
     # A client that hangs up no longer wants its tokens: abort the request rather than let it
     # hold the engine (and its KV cache) to the end.
     hang_up = asyncio.ensure_future(_disconnected(request))
@@ -296,30 +238,26 @@ async def _pause(ctx: RouteContext, request: Request) -> Any:
             raise ContractError(400, f"clear_cache: the query says {shown(query_clear)} but the body says {clear_cache!r}",
                                 param="query.clear_cache")
         clear_cache = value in _QUERY_TRUE
-    return answer_json(
-        await ctx.hooks.call("pause", request, mode=mode, timeout_s=ctx.settings.abort_timeout_s, clear_cache=clear_cache)
-    )
+    body = body.model_copy(update={"mode": mode, "clear_cache": clear_cache})
+    return answer_json(await ctx.ops.pause(body, request))
 
 
 async def _resume(ctx: RouteContext, request: Request) -> Any:
-    return answer_json(await ctx.hooks.call("resume", request))
+    return answer_json(await ctx.ops.resume(request))
 
 
 async def _is_paused(ctx: RouteContext, request: Request) -> Any:
-    return answer_json(await ctx.hooks.call("is_paused", request))
+    return answer_json(await ctx.ops.is_paused(request))
 
 
 async def _begin_weight_swap(ctx: RouteContext, request: Request) -> Any:
     body = await parse_body(request, WeightSwapBeginRequest, ctx.settings.max_body_bytes)
-    return answer_json(await ctx.hooks.call(
-        "begin_weight_swap", request, version=body.version, mode=body.mode, clear_cache=body.clear_cache,
-        lease_s=body.lease_s, timeout_s=ctx.settings.abort_timeout_s,
-    ))
+    return answer_json(await ctx.ops.begin_weight_swap(body, request))
 
 
 async def _commit_weight_swap(ctx: RouteContext, request: Request) -> Any:
     body = await parse_body(request, WeightSwapCommitRequest, ctx.settings.max_body_bytes)
-    return answer_json(await ctx.hooks.call("commit_weight_swap", request, swap_id=body.swap_id, version=body.version))
+    return answer_json(await ctx.ops.commit_weight_swap(body, request))
 
 
 CONTRACT_ROUTES: tuple[ContractRoute, ...] = (

@@ -22,9 +22,9 @@ from engine_plugins.host.http_api import (
     THREADED_PARSE_BYTES,
     ContractRoute,
     build_routes,
-    describe_validation_error,
     parse_body,
 )
+from engine_plugins.host.operations import describe_validation_error
 from engine_plugins.contract.schema import (
     INT32_MAX,
     MAX_NAME_CHARS,
