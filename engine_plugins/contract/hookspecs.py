@@ -17,7 +17,9 @@ registered like any plugin, before the others (so a plugin's own ``trylast`` imp
 after the engine's, and is never reached). Every hook receives ``control``, the engine's
 :class:`~engine_plugins.core.control.RolloutControl` (ready: a hook is not called while the engine is
 not, the route answers 503), and ``http_request``, the HTTP request (a Starlette ``Request``) that
-led to the call, or None when nothing did.
+led to the call, or None when nothing did: an in-process call (:mod:`engine_plugins.inprocess`, and
+the engines' own in-process methods the plugin routes through the contract) calls the same hooks
+with ``http_request=None``.
 
 An exception raised by an implementation becomes a 500 answer naming the plugin (logged with its
 traceback), except :class:`engine_plugins.contract.errors.ContractError`, whose status and message are sent
