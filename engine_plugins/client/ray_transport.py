@@ -103,8 +103,9 @@ class RayTransport:
         Failures are :class:`ServerError` as over HTTP: ``unreachable`` (the actor is dead),
         ``timeout`` (no answer within *timeout_s*; the call is then cancelled in the actor),
         ``disconnected`` (the actor restarted mid-call: an *idempotent* call is sent once more
-        within what is left of *timeout_s*), a non-2xx status with the server's own message, or
-        a body that is not JSON.
+        within what is left of *timeout_s*), ``unsupported`` (the actor's method raised: it
+        holds no engine the contract can attach to), a non-2xx status with the server's own
+        message, or a body that is not JSON.
         """
         started = time.monotonic()
         try:
@@ -146,7 +147,9 @@ class RayTransport:
         except errors.cancelled:
             raise ServerError(self.url, "disconnected", f"{where}: the call was cancelled in the actor") from None
         except errors.raised as exc:
-            raise ServerError(self.url, "http", f"{where} -> the actor's {METHOD} raised: {_reason(exc, last=True)}", 500) from None
+            # The contract's app answers its own failures with a status; a raise is the actor's
+            # (no engine found, one no adapter takes): it does not serve the contract.
+            raise ServerError(self.url, "unsupported", f"{where}: the actor's {METHOD} raised: {_reason(exc, last=True)}") from None
         return Reply(int(status), str(reason), bytes(answer))
 
 
