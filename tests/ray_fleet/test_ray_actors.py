@@ -14,6 +14,7 @@ dev venv has none), and reports in JSON what it checked.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -34,8 +35,9 @@ def run_driver(tmp_path: Path, interpreter: str, *args: str, timeout_s: float) -
 
     paths = ensure_engine(interpreter, REPO, ray=True)
     # The engine server's environment (this checkout's plugin first on the path, the CPU
-    # settings), with tests/ (the driver, the actors) and Ray after it.
-    env = EngineServer(interpreter, REPO, env={"PYTHONPATH": launch_code_path(ray=True)}).environment()
+    # settings), with tests/ (the driver), examples/ (the actors) and Ray after it.
+    code_path = os.pathsep.join([launch_code_path(ray=True), str(REPO / "examples")])
+    env = EngineServer(interpreter, REPO, env={"PYTHONPATH": code_path}).environment()
     out = tmp_path / "report.json"
     done = subprocess.run([str(paths.python), "-m", "ray_fleet.driver", *args, "--out", str(out)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout_s)
