@@ -8,7 +8,9 @@ which run the smoke subset (engine_versions.SMOKE) in dev mode, so that vLLM's o
 there for the contract's to replace; ``vllm-skyrl`` is the pinned vLLM served from a Ray actor as
 SkyRL's ``VLLMServerActor`` serves it (the smoke subset and SkyRL's calls), ``vllm-prime-rl`` as
 prime-rl's server starts it, with two API processes (the smoke subset and prime-rl's calls), and
-``vllm-areal`` as AReaL's server module starts it (the smoke subset and AReaL's calls)."""
+``vllm-areal`` as AReaL's server module starts it (the smoke subset and AReaL's calls), and
+``vllm-inprocess`` held in-process with no vLLM app, the contract served from
+``engine_plugins.inprocess.attach(llm).app()`` (the smoke subset)."""
 
 from __future__ import annotations
 
@@ -95,6 +97,10 @@ TARGETS = {
     # pause, continue and pause-waiting /v1/completions on vLLM's app, then vLLM's run_server.
     # The smoke subset and AReaL's calls.
     "vllm-areal": lambda tmp: real_vllm_server(tmp, name="vllm-areal", module="frameworks.areal_vllm_server"),
+    # Held in-process as verl, OpenRLHF, NeMo-RL and ROLL hold it: AsyncLLM.from_engine_args and
+    # no vLLM app; the contract served from engine_plugins.inprocess.attach(llm).app()
+    # (frameworks/inprocess_vllm_server.py). The smoke subset.
+    "vllm-inprocess": lambda tmp: real_vllm_server(tmp, name="vllm-inprocess", module="frameworks.inprocess_vllm_server"),
     # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
     # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
     # cores, so it runs only when named (OPT_IN_TARGETS).
@@ -108,7 +114,7 @@ TARGETS = {
         env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(TESTS)}, real_weights=True, name="vllm-weights"),
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
-REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl", "vllm-prime-rl", "vllm-areal"}
+REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl", "vllm-prime-rl", "vllm-areal", "vllm-inprocess"}
 DEDICATED_TARGETS = {"vllm-weights"}
 RELEASE_FAKES = {"vllm-0.34-stub", "vllm-0.26-stub", "vllm-0.26-stub-api3", "vllm-0.31-stub"}
 for _release in SUPPORTED:

@@ -99,6 +99,10 @@ class Settings:
     """ENGINE_PLUGINS_EXACT_TOKEN_VERSIONS: SGLang before 0.5.19, where the plugin labels each token's
     weight version as its output arrives: have the scheduler send a non-streaming request's every
     token, so that each label is exact (default true); false keeps SGLang's one output per 50 tokens."""
+    attach_in_process: bool = True
+    """ENGINE_PLUGINS_ATTACH_IN_PROCESS: attach the contract to every vLLM ``AsyncLLM`` built in a process
+    where vLLM loaded the general plugin, so that a framework holding it in-process gets the contract's
+    pause, resume, abort and version bumps through vLLM's own methods (default true)."""
 
 
 _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
@@ -114,6 +118,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "abort_settle_s": ("ENGINE_PLUGINS_ABORT_SETTLE_S", _positive_seconds),
     "scope_prefix_cache": ("ENGINE_PLUGINS_SCOPE_PREFIX_CACHE", _bool),
     "exact_token_versions": ("ENGINE_PLUGINS_EXACT_TOKEN_VERSIONS", _bool),
+    "attach_in_process": ("ENGINE_PLUGINS_ATTACH_IN_PROCESS", _bool),
 }
 assert set(_PARSERS) == {f.name for f in fields(Settings)}
 
@@ -134,6 +139,7 @@ MEANINGS: dict[str, str] = {
     "ENGINE_PLUGINS_ABORT_SETTLE_S": "how long an abort sent without `wait` (`/abort_requests` without the field, as vLLM's callers send it; SGLang's own `/abort_request`) waits for the requests it covered to be released before it answers",
     "ENGINE_PLUGINS_SCOPE_PREFIX_CACHE": "salt every request's prefix cache with the weight version it was admitted under, so that no request reuses KV computed before a bump",
     "ENGINE_PLUGINS_EXACT_TOKEN_VERSIONS": "SGLang before 0.5.19 only, where the plugin labels each token's weight version as it reaches the API process: have the scheduler send a non-streaming request's every token, so that every label is exact. `false` keeps SGLang's one output per 50 tokens and the throughput that costs (14-16% on the CPU model, figure 10 of docs/benchmarks.md); a native non-streaming answer's `weight_versions` may then put up to 49 tokens made before a version change under the new version (the contract's `/partial_generate` streams, and stays exact)",
+    "ENGINE_PLUGINS_ATTACH_IN_PROCESS": "vLLM: attach the contract to every `AsyncLLM` built in a process where vLLM loaded the general plugin (an engine a framework holds in-process), so that its own `pause_generation`, `resume_generation`, `abort`, `update_weight_version` and `collective_rpc(\"reload_weights\")` go through the contract ([In-process AsyncLLM](vllm.md#in-process-asyncllm)); `false` leaves it to an explicit `engine_plugins.inprocess.attach(llm)`",
 }
 assert set(MEANINGS) == set(ENV_VARS)
 

@@ -19,12 +19,13 @@ build :class:`VllmNames` from a fake vLLM without vLLM installed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Optional, Sequence
 
 from engine_plugins.engines.engine_manifest import missing_attributes
 from engine_plugins.engines.probe import ProbeReport
@@ -56,6 +57,26 @@ from engine_plugins.engines.vllm.manifest import (
 # Set while the contract sets the version through the engine client: any other caller of its
 # update_weight_version is one of vLLM's own routes (/finish_weight_update's weight_version).
 _CONTRACT_SETS_VERSION: ContextVar[bool] = ContextVar("engine_plugins_vllm_contract_sets_version", default=False)
+
+# Set while the plugin itself calls the engine client's pause_generation or resume_generation (the
+# contract's pause and resume reaching vLLM): the drop-in wrappers (:mod:`.drop_in`) pass these
+# calls to vLLM's methods, and turn every other caller's into the contract's operations.
+_PLUGIN_CALLS: ContextVar[bool] = ContextVar("engine_plugins_vllm_plugin_calls", default=False)
+
+
+def plugin_calling() -> bool:
+    """Whether the engine client is being called by the plugin itself (in this task)."""
+    return _PLUGIN_CALLS.get()
+
+
+@contextlib.contextmanager
+def as_plugin() -> Iterator[None]:
+    """Within this block, calls to the engine client's wrapped methods are the plugin's own."""
+    token = _PLUGIN_CALLS.set(True)
+    try:
+        yield
+    finally:
+        _PLUGIN_CALLS.reset(token)
 
 # Under "vllm." so that vLLM's own log handler (configured for the "vllm" logger) prints it.
 logger = logging.getLogger("vllm." + __name__)
@@ -347,7 +368,8 @@ class VllmEngine:
         await self.hold_pause(True)
         self.pause_held = True
         try:
-            await self.llm.pause_generation(mode=mode, clear_cache=clear_cache)
+            with as_plugin():
+                await self.llm.pause_generation(mode=mode, clear_cache=clear_cache)
         except BaseException:
             await self.hold_pause(False)
             self.pause_held = False
@@ -356,7 +378,8 @@ class VllmEngine:
     async def resume_generation(self) -> None:
         """``AsyncLLM.resume_generation``: queued and frozen requests go on."""
         await self.hold_pause(False)
-        await self.llm.resume_generation()
+        with as_plugin():
+            await self.llm.resume_generation()
         self.pause_held = False
 
     async def update_weight_version(self, version: str) -> None:

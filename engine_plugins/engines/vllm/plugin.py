@@ -33,12 +33,10 @@ from engine_plugins.host.http_api import build_routes
 from engine_plugins.fanout.peers import Peers, hand_out, handed
 from engine_plugins.fanout.process_header import ApiServerHeader, ApiServerIdentity
 from engine_plugins.fanout.spread import ServerControl
-from engine_plugins.engines.vllm import engine_core, facade, native_routes
-from engine_plugins.engines.vllm.facade import VllmEngine, VllmNames
+from engine_plugins.engines.vllm import engine_core, facade, inprocess, native_routes
+from engine_plugins.engines.vllm.facade import VllmNames
 from engine_plugins.engines.vllm.manifest import MANIFEST
 from engine_plugins.engines.vllm.routes import MountReport, mount
-from engine_plugins.engines.vllm.seam import VllmSeam
-from engine_plugins.engines.vllm.tracking import Tracker
 from engine_plugins.engines.vllm.weight_routes import GuardWeightRoutes
 
 # Under "vllm." so that vLLM's own log handler (configured for the "vllm" logger) prints it.
@@ -104,7 +102,13 @@ class VllmEndpointPlugin:
             self._log_mounted(None, "no engine on this server (render only); the contract answers 503")
             return
         names = self._load_names()
-        vllm = VllmEngine(names, engine_client)
+        # One control per engine client: an engine client already attached (built in a process
+        # where the general plugin hooked vLLM's construction, or given to
+        # engine_plugins.inprocess.attach by a framework that holds it) keeps its tracker, and
+        # its control becomes the one these routes serve; else it is attached now.
+        attachment = inprocess.attachment_for(engine_client, names, self._stack.settings)
+        attachment.use_stack(self._stack)
+        vllm = attachment.vllm
         try:
             await vllm.request_counts()
         except Exception as exc:
@@ -113,16 +117,8 @@ class VllmEndpointPlugin:
                 "utility, so the vllm.general_plugins entry point 'engine_plugins' did not run in the engine "
                 f"process; check that VLLM_PLUGINS names engine_plugins ({type(exc).__name__}: {exc})"
             ) from exc
-        stack = self._stack
-
-        async def bump(version: str) -> None:
-            # A version set by vLLM's own route (/finish_weight_update): the contract's bump, on
-            # every API process, seen by the plugins.
-            await stack.hooks.call("update_weight_version", None, new_version=version, abort_all_requests=False)
-
-        tracker = Tracker(vllm, await vllm.get_weight_version(), stack.settings.scope_prefix_cache, bump)
-        tracker.install()
-        control = RolloutControl(VllmSeam(tracker, self._keys), self._stack.settings.abort_timeout_s)
+        await attachment.ready()
+        control = attachment.local_control(self._keys)
         api_servers = vllm.api_server_count(args)
         if api_servers > 1:
             # Each API process has its own front end: calls that cover the whole server are
@@ -144,6 +140,7 @@ class VllmEndpointPlugin:
             control = ServerControl(control, peers)
             await control.serve_peers()
             self._api_server.index, self._api_server.count = index, api_servers
+        attachment.serve(control)
         self._control = control
         about = self._stack.about
         about.engine_version, about.shims, about.ready = names.version, names.shims(), True
@@ -193,18 +190,25 @@ def endpoint_plugin() -> VllmEndpointPlugin:
 
 
 def general_plugin() -> None:
-    """The ``vllm.general_plugins`` entry: give ``EngineCore`` the exact-counts utility.
+    """The ``vllm.general_plugins`` entry: give ``EngineCore`` the exact-counts utility, and
+    attach the contract to every ``AsyncLLM`` this process builds.
 
     vLLM runs general plugins in every process (API server, engine core, workers), possibly more
-    than once; installing is idempotent and matters only in the engine-core process, where
-    ``GET /v1/loads`` asks each scheduler for its running and waiting counts. It also hands out
-    the link between the API processes (:func:`~engine_plugins.fanout.peers.hand_out`), which only
-    the API processes that this process starts read.
+    than once; installing is idempotent. The utilities matter only in the engine-core process,
+    where ``GET /v1/loads`` asks each scheduler for its running and waiting counts. It also hands
+    out the link between the API processes (:func:`~engine_plugins.fanout.peers.hand_out`), which
+    only the API processes that this process starts read. In every other process it hooks vLLM's
+    construction of ``AsyncLLM`` (:func:`.inprocess.install_construction_hook`): an engine a
+    framework holds in-process gets the contract as the OpenAI server's does.
     """
     # In the process that starts the API processes (`vllm serve`'s, or a framework's that calls
     # vLLM's run_multi_api_server) this runs before it starts them: vLLM loads general plugins
     # when it builds its argument parser and its engine arguments. They inherit the link.
     hand_out()
+    if not _in_engine_core():
+        # vLLM loads general plugins from EngineArgs.__post_init__, before the engine those
+        # arguments build exists (docs/engine-notes.md).
+        inprocess.install_construction_hook()
     try:
         engine_core.install_in_engine_core()
     except ImportError as exc:
@@ -217,12 +221,18 @@ def general_plugin() -> None:
 _engine_core_logged = False
 
 
+def _in_engine_core() -> bool:
+    """Whether this is vLLM's engine-core process (``EngineCore`` or ``EngineCore_DP<n>``), where
+    no engine client is built."""
+    return multiprocessing.current_process().name.startswith("EngineCore")
+
+
 def _log_engine_core() -> None:
     """In vLLM's engine-core process (vLLM names it ``EngineCore`` or ``EngineCore_DP<n>``), say in
     one line what the general plugin installed there; the other processes use none of it."""
     global _engine_core_logged
     name = multiprocessing.current_process().name
-    if _engine_core_logged or not name.startswith("EngineCore"):
+    if _engine_core_logged or not _in_engine_core():
         return
     _engine_core_logged = True
     logger.info("engine_plugins: vLLM %s engine core pid %d (%s, %s): %s", MANIFEST.installed_version(), os.getpid(),
