@@ -46,6 +46,11 @@ class Target:
     start), where the target serves real weights: the weight-swap tests' A and B."""
     process: Optional[ServerProcess] = None
     """The server's processes (its exit code, its pid), for a test that kills or watches them."""
+    engine_app: bool = True
+    """The engine's own HTTP app is served beside the contract (its generation routes, metrics and
+    error shapes). False for an engine held in-process, whose contract is served from
+    ``engine_plugins.inprocess.attach(engine).app()``: its own requests are its holder's Python
+    calls (tests/vllm/test_vllm_inprocess.py, tests/sglang/test_sglang_inprocess.py)."""
 
     @property
     def finish_tokens(self) -> int:

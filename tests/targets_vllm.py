@@ -10,7 +10,7 @@ SkyRL's ``VLLMServerActor`` serves it (the smoke subset and SkyRL's calls), ``vl
 prime-rl's server starts it, with two API processes (the smoke subset and prime-rl's calls), and
 ``vllm-areal`` as AReaL's server module starts it (the smoke subset and AReaL's calls), and
 ``vllm-inprocess`` held in-process with no vLLM app, the contract served from
-``engine_plugins.inprocess.attach(llm).app()`` (the smoke subset)."""
+``engine_plugins.inprocess.attach(llm).app()`` (the whole contract suite)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
         yield Target(name=name, url=server.url, api_key=api_key, long_tokens=1500, real=True,
                      log_tail=lambda: server.log_tail(80 if name == "vllm" else 1_000_000),
                      signal=server.server_process.signal, checkpoints=checkpoints,
-                     process=server.server_process)
+                     process=server.server_process, engine_app=name not in IN_PROCESS_TARGETS)
 
 
 TARGETS = {
@@ -99,7 +99,7 @@ TARGETS = {
     "vllm-areal": lambda tmp: real_vllm_server(tmp, name="vllm-areal", module="frameworks.areal_vllm_server"),
     # Held in-process as verl, OpenRLHF, NeMo-RL and ROLL hold it: AsyncLLM.from_engine_args and
     # no vLLM app; the contract served from engine_plugins.inprocess.attach(llm).app()
-    # (frameworks/inprocess_vllm_server.py). The smoke subset.
+    # (frameworks/inprocess_vllm_server.py). The whole contract suite.
     "vllm-inprocess": lambda tmp: real_vllm_server(tmp, name="vllm-inprocess", module="frameworks.inprocess_vllm_server"),
     # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
     # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
@@ -114,6 +114,8 @@ TARGETS = {
         env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(TESTS)}, real_weights=True, name="vllm-weights"),
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
+# Engines held in-process, served by engine_plugins.inprocess (no vLLM app).
+IN_PROCESS_TARGETS = {"vllm-inprocess"}
 REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl", "vllm-prime-rl", "vllm-areal", "vllm-inprocess"}
 DEDICATED_TARGETS = {"vllm-weights"}
 RELEASE_FAKES = {"vllm-0.34-stub", "vllm-0.26-stub", "vllm-0.26-stub-api3", "vllm-0.31-stub"}

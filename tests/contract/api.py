@@ -13,6 +13,7 @@ import time
 from typing import Any, Optional
 
 import httpx
+import pytest
 from pydantic import BaseModel
 
 from engine_plugins.contract.schema import (
@@ -144,9 +145,16 @@ VLLM_OWN_PATHS = ("/pause", "/resume", "/is_paused", "/abort_requests", "/update
 def error_type(target: Target, path: str, status: int = 400, contract_type: str = "invalid_request") -> str:
     """The ``type`` of *target*'s error answer on *path*: the contract's word, or vLLM's on a path
     vLLM serves too (docs/contract.md, "Errors")."""
-    if engine_of(target) == "vllm" and path.split("?")[0] in VLLM_OWN_PATHS:
+    if engine_of(target) == "vllm" and target.engine_app and path.split("?")[0] in VLLM_OWN_PATHS:
         return HTTPStatus(status).phrase
     return contract_type
+
+
+def needs_engine_app(target: Target) -> None:
+    """Skip a test of the engine's own routes on a target that serves none (an in-process engine)."""
+    if not target.engine_app:
+        pytest.skip(f"{target.name} holds the engine in-process and serves no routes of the engine's own; "
+                    "its holder's own calls are tested on the engine object")
 
 
 def total_reqs(loads: dict) -> int:

@@ -462,7 +462,7 @@ class VllmEngine:
 
         async def tracked_rpc(method: str, *args: Any, **kwargs: Any) -> Any:
             result = await original_rpc(method, *args, **kwargs)
-            if method in WEIGHT_LOAD_RPCS:
+            if may_load_weights(method):
                 weights_loaded()
             return result
 
@@ -490,9 +490,18 @@ class VllmEngine:
         return restore
 
 
-# The workers' methods that load new weights, as the engine client's collective_rpc calls them
-# (vLLM's /collective_rpc route, and update_weights of its weight-transfer routes).
-WEIGHT_LOAD_RPCS = ("reload_weights", "update_weights")
+# What in the name of a worker method called through collective_rpc says it may load weights:
+# vLLM's own (reload_weights, update_weights of its weight-transfer routes) and the frameworks'
+# worker extensions (OpenRLHF's update_weight, NeMo-RL's update_weights_from_collective and
+# nccl_reshard_refit, verl's update_weights_from_ipc, ...).
+WEIGHT_LOAD_WORDS = ("weight", "refit")
+
+
+def may_load_weights(method: Any) -> bool:
+    """Whether a ``collective_rpc`` of *method* may have loaded new weights: a function (it may do
+    anything) or a method whose name says weights or a refit. Taking one for a load that was not
+    costs only the prefix cache's reuse from before it; missing a load would serve stale KV."""
+    return not isinstance(method, str) or any(word in method.lower() for word in WEIGHT_LOAD_WORDS)
 
 
 # --- the launch flags ---------------------------------------------------------------------------
