@@ -64,6 +64,19 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
                      process=server.server_process)
 
 
+def inproc_vllm_server(tmp_dir: Path, name: str, module: str) -> contextlib.AbstractContextManager[Target]:
+    """The pinned vLLM held in-process by a framework's launch code (frameworks/*: a Ray actor, or
+    TRL's trainer process), which serves the tests' relay to the framework's own methods
+    (frameworks/inproc_relay.py) instead of an engine route; real weights (checkpoint A), and
+    ``FRAMEWORK_WEIGHTS_DIR`` naming checkpoint B, the weights its weight update loads."""
+    from tools.launcher.engine_server import ensure_engine
+
+    paths = ensure_engine("vllm", REPO, ray=True)
+    weights_b = make_checkpoints(paths.python, paths.model_dir)[1]
+    return real_vllm_server(tmp_dir, name=name, module=module, ray=True, real_weights=True,
+                            env={"FRAMEWORK_WEIGHTS_DIR": str(weights_b)})
+
+
 TARGETS = {
     "vllm-stub": lambda tmp: fake_vllm_server(tmp),
     # vLLM 0.34, which is 0.33 (its pause rejects new requests) with the process checkpoint,
@@ -95,6 +108,9 @@ TARGETS = {
     # pause, continue and pause-waiting /v1/completions on vLLM's app, then vLLM's run_server.
     # The smoke subset and AReaL's calls.
     "vllm-areal": lambda tmp: real_vllm_server(tmp, name="vllm-areal", module="frameworks.areal_vllm_server"),
+    # Held in-process as OpenRLHF holds it: AsyncLLMEngine in its RolloutRayActor, no HTTP server
+    # (frameworks/openrlhf_vllm_engine.py); OpenRLHF's calls through the tests' relay.
+    "vllm-openrlhf": lambda tmp: inproc_vllm_server(tmp, "vllm-openrlhf", "frameworks.openrlhf_vllm_engine"),
     # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
     # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
     # cores, so it runs only when named (OPT_IN_TARGETS).
@@ -109,7 +125,10 @@ TARGETS = {
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
 REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl", "vllm-prime-rl", "vllm-areal"}
-DEDICATED_TARGETS = {"vllm-weights"}
+# The frameworks that hold vLLM in-process: only their own tests run there (no route serves the contract).
+INPROC_TARGETS = {"vllm-openrlhf"}
+REAL_TARGETS |= INPROC_TARGETS
+DEDICATED_TARGETS = {"vllm-weights", *INPROC_TARGETS}
 RELEASE_FAKES = {"vllm-0.34-stub", "vllm-0.26-stub", "vllm-0.26-stub-api3", "vllm-0.31-stub"}
 for _release in SUPPORTED:
     if _release.engine == "vllm" and _release.tested == "real":
