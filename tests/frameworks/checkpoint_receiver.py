@@ -42,17 +42,42 @@ def _tensors() -> Iterator[tuple[str, torch.Tensor]]:
 
 
 class CheckpointReceiver:
-    """Mixed into vLLM's worker by ``worker_extension_cls``: ``self.model_runner`` is the worker's."""
+    """Mixed into vLLM's worker by ``worker_extension_cls``: ``self.model_runner`` is the worker's.
+
+    On the CPU build the model's linear layers are repacked after loading (their original
+    parameters left empty), so a bare ``load_weights`` after start-up fails; the tensors go in as
+    vLLM's own in-place reload puts them (``initialize_layerwise_reload`` before the first,
+    ``finalize_layerwise_reload`` after the last), which on a GPU is a plain ``load_weights``."""
+
+    _reloading = False
+
+    def _begin(self) -> None:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        if not self._reloading:
+            initialize_layerwise_reload(self.model_runner.model)
+            self._reloading = True
+
+    def _end(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        finalize_layerwise_reload(self.model_runner.model, self.model_runner.model_config)
+        self._reloading = False
 
     def update_weight(self, name, dtype, shape, empty_cache=False):
         weight = next(t for n, t in _tensors() if n == name).to(self.model_runner.model_config.dtype)
         assert tuple(weight.shape) == tuple(shape), f"{name}: {tuple(weight.shape)} != {tuple(shape)}"
+        self._begin()
         self.model_runner.model.load_weights(weights=[(name, weight)])
         del weight
+        if empty_cache:  # OpenRLHF sets it on the last parameter of a broadcast
+            self._end()
 
     def update_weights_from_collective(self) -> bool:
         dtype = self.model_runner.model_config.dtype
+        self._begin()
         self.model_runner.model.load_weights(weights=((n, t.to(dtype)) for n, t in _tensors()))
+        self._end()
         return True
 
 
