@@ -4,6 +4,8 @@ VENV := .venv
 ENGINE ?= vllm
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
+# make demo DEPLOY=ray: the engine held in-process by a Ray actor, driven through Fleet([actor_handle]).
+DEPLOY ?=
 # make bench: which figures (1-8, comma-separated; all by default) and rounds per figure (10).
 BENCH_FIGURES ?=
 BENCH_ROUNDS ?=
@@ -69,9 +71,10 @@ test-quick: setup
 test-fast: test-quick
 
 # An asynchronous RL loop on a real engine with the plugin (examples/): ENGINE=vllm (default) or
-# ENGINE=sglang; DEMO_ARGS e.g. "--steps 12 --swap-mode abort". Its plot needs matplotlib.
+# ENGINE=sglang; DEPLOY=ray: the engine in a Ray actor instead of a server; DEMO_ARGS e.g.
+# "--steps 12 --swap-mode abort". Its plot needs matplotlib.
 demo: $(VENV)/.bench-installed
-	@PYTHONPATH=$(CURDIR) $(VENV)/bin/python examples/rl_demo.py --engine $(ENGINE) $(DEMO_ARGS)
+	@PYTHONPATH=$(CURDIR) $(VENV)/bin/python examples/rl_demo.py --engine $(ENGINE) $(if $(DEPLOY),--deploy $(DEPLOY)) $(DEMO_ARGS)
 
 # Every figure of the benchmark (or BENCH_FIGURES), BENCH_ROUNDS rounds each: writes
 # benchmarks/results/ (README.md with the tables, the raw JSON, PNG plots). Set BENCH_LOCK to a

@@ -1,12 +1,15 @@
 """``make demo``: the asynchronous RL loop of ``async_rl_loop.py`` on one real engine with the
 plugin, its trainer making real weights at every step.
 
-    .venv/bin/python examples/rl_demo.py --engine vllm|sglang [--steps 8] [--swap-mode keep|abort]
+    .venv/bin/python examples/rl_demo.py --engine vllm|sglang [--steps 8] [--swap-mode keep|abort] [--deploy http|ray]
 
 Starts the engine's server (its virtualenv and tiny model are made the first time) on the trainer's
 step-0 checkpoint, runs the loop with a live display, then prints the per-step table, writes
 ``demo-results/rl_loop_<engine>.json`` and ``.png``, and exits 1 when a probe gave other weights'
 output, a rollout was lost or the servers' versions split.
+
+``--deploy ray`` (``make demo DEPLOY=ray``): the engine held in-process by a Ray actor instead of
+an HTTP server, the loop driving it through ``Fleet([actor_handle])`` (``ray_deploy.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import pickle
 import secrets
 import shutil
 import sys
@@ -180,6 +184,30 @@ async def demo(engine: str, config: LoopConfig, out: Path) -> int:
     return finish(report, engine, config, out)
 
 
+async def demo_in_ray(engine: str, config: LoopConfig, out: Path) -> LoopReport:
+    """The loop against *engine* held in-process by a Ray actor (run in the engine's interpreter,
+    with Ray): the same trainer, the fleet made of the actor's handle, the engine's own reload."""
+    from ray_deploy import engine_actors, ray_load
+
+    paths = ensure_engine(engine, REPO)
+    selected_profile()[1].place_client()
+    work = Path(tempfile.mkdtemp(prefix="rl-demo-"))
+    trainer = SubprocessTrainer(paths.python, paths.model_dir, work, out / f"trainer_{engine}.log", config.seed)
+    try:
+        await trainer.start(config.probe_ids())
+        initial = await trainer.next_checkpoint(0, [])
+        console.print(f"starting {engine} in a Ray actor (ContractActor) on the trainer's step-0 weights ...")
+        async with engine_actors(engine, initial.path) as handles:
+            async with Fleet(handles) as fleet:
+                console.print(f"{engine} up in {', '.join(s.url for s in fleet.servers)}")
+                with Live(console=console, refresh_per_second=4, transient=True) as live:
+                    return await run_loop(fleet, trainer, ray_load, initial, config,
+                                          on_change=lambda state: live.update(live_view(state)))
+    finally:
+        await trainer.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def finish(report: LoopReport, engine: str, config: LoopConfig, out: Path) -> int:
     """Print the table and the verdict, write the JSON and the plot; the exit code."""
     out_console = Console(width=None if sys.stdout.isatty() else 150)
@@ -205,6 +233,20 @@ def finish(report: LoopReport, engine: str, config: LoopConfig, out: Path) -> in
     return 0
 
 
+def ray_demo(args: argparse.Namespace, config: LoopConfig) -> int:
+    """``--deploy ray``: the loop in the engine's interpreter (it has Ray), then the report here."""
+    from ray_deploy import rerun_in_engine
+
+    with tempfile.TemporaryDirectory(prefix="rl-demo-ray-") as tmp:
+        report_to = Path(tmp) / "report.pickle"
+        argv = ["--engine", args.engine, "--steps", str(args.steps), "--swap-mode", args.swap_mode, "--out", str(args.out),
+                "--deploy", "ray", "--report-to", str(report_to)]
+        if rerun_in_engine(args.engine, argv) != 0 or not report_to.exists():
+            raise RuntimeError("the loop against the engine in a Ray actor failed (its output is above)")
+        report = pickle.loads(report_to.read_bytes())
+    return finish(report, f"{args.engine}-ray", config, args.out)
+
+
 def main() -> None:
     """Command line entry."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -212,12 +254,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=LoopConfig.steps)
     parser.add_argument("--swap-mode", choices=("keep", "abort"), default=LoopConfig.swap_mode)
     parser.add_argument("--out", type=Path, default=REPO / "demo-results")
+    parser.add_argument("--deploy", choices=("http", "ray"), default="http",
+                        help="http: the engine's server; ray: the engine held in-process by a Ray actor")
+    # Internal: --deploy ray's run in the engine's interpreter hands its report back here.
+    parser.add_argument("--report-to", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     config = LoopConfig(steps=args.steps, swap_mode=args.swap_mode)
     started = time.monotonic()
     try:
-        code = asyncio.run(demo(args.engine, config, args.out))
+        if args.deploy == "ray" and args.report_to is not None:
+            # In the engine's interpreter: run the loop, hand the report to the run that started this one.
+            args.report_to.write_bytes(pickle.dumps(asyncio.run(demo_in_ray(args.engine, config, args.out))))
+            sys.exit(0)
+        code = ray_demo(args, config) if args.deploy == "ray" else asyncio.run(demo(args.engine, config, args.out))
     except (EngineSetupError, EngineStartError, ServerError, RuntimeError) as exc:
         console.print(f"[bold red]demo failed[/]: {exc}")
         code = 1

@@ -10,7 +10,7 @@ result per server. Two kinds, the same operations (:class:`FleetLike`):
 
 from __future__ import annotations
 
-from typing import AsyncContextManager, Optional, Protocol, Sequence, Union, overload, runtime_checkable
+from typing import Any, AsyncContextManager, Optional, Protocol, Sequence, Union, overload, runtime_checkable
 
 import httpx
 
@@ -94,7 +94,7 @@ class FleetLike(Protocol):
 
 
 @overload
-def Fleet(urls: Sequence[str], api_key: Optional[str] = None, http: Optional[httpx.AsyncClient] = None) -> ServerFleet: ...
+def Fleet(urls: Sequence[Union[str, Any]], api_key: Optional[str] = None, http: Optional[httpx.AsyncClient] = None) -> ServerFleet: ...
 
 
 @overload
@@ -103,13 +103,15 @@ def Fleet(*, gateway: str, api_key: Optional[str] = None, http: Optional[httpx.A
 
 
 def Fleet(  # noqa: N802 -- the name the fleet class had; calls to it keep working
-    urls: Sequence[str] = (),
+    urls: Sequence[Union[str, Any]] = (),
     api_key: Optional[str] = None,
     http: Optional[httpx.AsyncClient] = None,
     gateway: Optional[str] = None,
     selector: str = DEFAULT_SELECTOR,
 ) -> Union[ServerFleet, GatewayFleet]:
-    """``Fleet(urls, api_key=...)``: a :class:`ServerFleet` of those servers; or
+    """``Fleet(urls, api_key=...)``: a :class:`ServerFleet` of those servers, each a URL or the
+    handle of a Ray actor holding an engine (``Fleet([url, handle])``: results name it
+    ``ray://<actor name or id>``); or
     ``Fleet(gateway="http://smg:30000", api_key=..., selector=...)``: a :class:`GatewayFleet` of
     the workers behind that smg gateway (*api_key* the gateway's, *selector* smg's label
     selector). *http*, when given, is shared and left open."""

@@ -16,6 +16,7 @@ from engine_plugins.client.errors import ServerError
 from engine_plugins.client.detect import Detection, Flavor, detect
 from engine_plugins.client.loads import Load
 from engine_plugins.client.polling import Backoff, Deadline
+from engine_plugins.client.ray_transport import RayTransport, is_actor_handle
 from engine_plugins.client.results import (
     AbortOutcome,
     PauseOutcome,
@@ -35,13 +36,21 @@ DETECT_TIMEOUT_S = 10.0
 class ServerClient(HttpClientOwner):
     """One server. ``async with ServerClient(url, api_key=...) as server: await server.loads()``.
 
+    *url*: the server's base URL, or the handle of a Ray actor holding an engine in-process
+    (:class:`engine_plugins.inprocess.ContractActor`), reached through Ray
+    (:mod:`.ray_transport`; no API key: the handle is the credential). ``self.url`` names the
+    server in results: the URL, or ``ray://<actor name or id>`` (*name* when given).
+
     *http*: an HTTP client to share (an httpx client, or the one a fleet shares among its servers);
     otherwise the server makes and closes its own (:mod:`.http1`). The API is detected on first use and remembered (:meth:`detection`).
     """
 
-    def __init__(self, url: str, api_key: Optional[str] = None, http: Optional[HttpClient] = None) -> None:
+    def __init__(self, url: Union[str, Any], api_key: Optional[str] = None, http: Optional[HttpClient] = None,
+                 name: Optional[str] = None) -> None:
         super().__init__(api_key, http)
-        self.transport = Transport(url, self.http)
+        self.transport: Union[Transport, RayTransport] = (
+            RayTransport(url, name) if is_actor_handle(url) else Transport(url, self.http)
+        )
         self.url = self.transport.url
         self._detection: Optional[Detection] = None
         self._ops: Optional[Ops] = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncContextManager, Awaitable, Callable, Optional, Sequence
+from typing import Any, AsyncContextManager, Awaitable, Callable, Optional, Sequence, Union
 
 from engine_plugins.contract.schema import DEFAULT_LEASE_S
 from engine_plugins.client.errors import ServerError
@@ -34,16 +34,18 @@ async def _not_begun(url: str) -> Any:
 
 class ServerFleet(HttpClientOwner):
     """Many servers behind one API, one :class:`ServerClient` each:
-    ``async with ServerFleet(urls, api_key=...) as fleet: ...``.
+    ``async with ServerFleet(urls, api_key=...) as fleet: ...``. Each of *urls* is a server's URL
+    or the handle of a Ray actor holding an engine (:class:`engine_plugins.inprocess.ContractActor`),
+    mixed as they come; *api_key* goes to the URLs only.
 
     The server clients share one HTTP client: this package's own (:mod:`.http1`, kept-alive
     connections per server), made here and closed by :meth:`aclose`, unless *http* is given
     (an httpx client, then left open).
     """
 
-    def __init__(self, urls: Sequence[str], api_key: Optional[str] = None, http: Optional[HttpClient] = None) -> None:
+    def __init__(self, urls: Sequence[Union[str, Any]], api_key: Optional[str] = None, http: Optional[HttpClient] = None) -> None:
         if not urls:
-            raise ValueError("a fleet needs at least one URL (or a gateway)")
+            raise ValueError("a fleet needs at least one URL or actor handle (or a gateway)")
         # One client for all: its idle connections are kept per server, so a call never looks
         # at the other servers' connections (httpcore's one pool scans them all at every call).
         super().__init__(api_key, http)

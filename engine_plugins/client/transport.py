@@ -121,7 +121,7 @@ class Transport:
                 reply = await self._send(method, path, body, params, left)
             except ServerError:
                 raise lost from None
-        return _decode(self.url, f"{method} {path}", reply, expect_json)
+        return decode_reply(self.url, f"{method} {path}", reply, expect_json)
 
     async def _send(self, method: str, path: str, body: Any, params: Optional[dict], timeout_s: Optional[float]) -> Reply:
         if self._origin is None:
@@ -161,7 +161,11 @@ def _reason(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _decode(url: str, where: str, response: Reply, expect_json: bool) -> Any:
+def decode_reply(url: str, where: str, response: Reply, expect_json: bool) -> Any:
+    """*response*'s JSON (None for an empty body; its text unless *expect_json*), or the
+    :class:`ServerError` its status says: 401/403 ``unauthorized``, 404 ``not_found``, any other
+    non-2xx ``http`` with the server's own message; a body that is not JSON is ``protocol``.
+    Every transport reads its answers here (:mod:`.ray_transport` too)."""
     status = response.status
     if status >= 300:
         detail = error_message(response)

@@ -8,5 +8,6 @@ same operations, defaults, errors and hooks as the contract's routes, and
 
 from engine_plugins.inprocess.attach import attach
 from engine_plugins.inprocess.control import EngineControl
+from engine_plugins.inprocess.ray_actor import ContractActor, contract_http, with_contract
 
-__all__ = ["EngineControl", "attach"]
+__all__ = ["ContractActor", "EngineControl", "attach", "contract_http", "with_contract"]

@@ -40,3 +40,15 @@ def test_loading_the_plugins_does_not_import_prometheus_client():
         "assert 'prometheus_client' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_ray_pieces_import_without_ray():
+    # Ray is the extra `ray`: the client's transport imports it only when it reads Ray's
+    # exceptions, and the actor side needs none (Ray only calls it).
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None  # as if not installed: importing it raises ImportError\n"
+        "import engine_plugins.client, engine_plugins.client.ray_transport, engine_plugins.inprocess\n"
+        "from engine_plugins.inprocess import ContractActor, with_contract\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
