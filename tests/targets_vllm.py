@@ -114,6 +114,9 @@ TARGETS = {
     # Held as NeMo-RL's async generation worker holds it: AsyncLLM in a Ray actor
     # (frameworks/nemo_rl_vllm_worker.py); NeMo-RL's calls through the tests' relay.
     "vllm-nemo-rl": lambda tmp: inproc_vllm_server(tmp, "vllm-nemo-rl", "frameworks.nemo_rl_vllm_worker"),
+    # Held as verl's vLLMHttpServer holds it: AsyncLLM, build_app, init_app_state and uvicorn in a
+    # Ray actor (frameworks/verl_vllm_server.py); verl's aborts and collective_rpc through the relay.
+    "vllm-verl": lambda tmp: inproc_vllm_server(tmp, "vllm-verl", "frameworks.verl_vllm_server"),
     # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
     # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
     # cores, so it runs only when named (OPT_IN_TARGETS).
@@ -129,7 +132,7 @@ TARGETS = {
 OPT_IN_TARGETS = {"vllm-dp2"}
 REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl", "vllm-prime-rl", "vllm-areal"}
 # The frameworks that hold vLLM in-process: only their own tests run there (no route serves the contract).
-INPROC_TARGETS = {"vllm-openrlhf", "vllm-nemo-rl"}
+INPROC_TARGETS = {"vllm-openrlhf", "vllm-nemo-rl", "vllm-verl"}
 REAL_TARGETS |= INPROC_TARGETS
 DEDICATED_TARGETS = {"vllm-weights", *INPROC_TARGETS}
 RELEASE_FAKES = {"vllm-0.34-stub", "vllm-0.26-stub", "vllm-0.26-stub-api3", "vllm-0.31-stub"}
