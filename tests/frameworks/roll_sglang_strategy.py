@@ -79,14 +79,17 @@ def postprocess_generate(chunks: list[dict]) -> dict:
 def engine_config(argv: list[str]) -> tuple[dict, tuple[str, int, str | None]]:
     """``sglang.Engine`` keyword arguments from the launcher's flags, and the relay's host, port
     and API key."""
-    import dataclasses
+    import argparse
 
-    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.server_args import ServerArgs
 
-    args = prepare_server_args(argv)
-    # The flags given (fields off their declared defaults), as ROLL's config names its arguments.
-    config = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)
-              if f.name == "model_path" or (f.default is not dataclasses.MISSING and getattr(args, f.name) != f.default)}
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    given = vars(parser.parse_args(argv))
+    defaults = vars(parser.parse_args(["--model-path", given["model_path"]]))
+    # The flags given (off their defaults), as ROLL's config names the engine's arguments.
+    config = {k: v for k, v in given.items() if k == "model_path" or v != defaults.get(k)}
+    args = argparse.Namespace(**given)
     for key in ("host", "port", "api_key"):
         config.pop(key, None)
     return config, (args.host or "127.0.0.1", args.port, args.api_key)
