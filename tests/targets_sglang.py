@@ -133,10 +133,19 @@ TARGETS = {
     # one more value than AReaL's code unpacks). The smoke subset and AReaL's calls.
     "sglang-areal": lambda tmp: sglang_real_server(tmp, name="sglang-areal", module="frameworks.areal_sglang_server",
                                                    version=AREAL_SGLANG),
+    # Held in-process as verl holds it: its SGLangHttpServer Ray actor calling _launch_subprocesses
+    # and serving SGLang's app itself (frameworks/verl_sglang_server.py); verl's calls through the
+    # tests' relay (frameworks/inproc_relay.py), no contract route.
+    "sglang-verl": lambda tmp: sglang_real_server(tmp, name="sglang-verl", module="frameworks.verl_sglang_server", ray=True),
+    # Held as ROLL holds it: sglang.Engine in its strategy's Ray worker (frameworks/roll_sglang_strategy.py).
+    "sglang-roll": lambda tmp: sglang_real_server(tmp, name="sglang-roll", module="frameworks.roll_sglang_strategy", ray=True),
 }
 # The real servers among them (targets.py: fewer, longer rounds; setup reruns).
 REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights", "sglang-spawned", "sglang-areal"}
-DEDICATED_TARGETS = {"sglang-weights"}
+# The frameworks that hold SGLang in-process: only their own tests run there (no route serves the contract).
+RELAY_TARGETS = {"sglang-verl", "sglang-roll"}
+REAL_TARGETS |= RELAY_TARGETS
+DEDICATED_TARGETS = {"sglang-weights", *RELAY_TARGETS}
 RELEASE_FAKES = {"sglang-0.5.19-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub", "sglang-0.5.12-stub"}
 # Every other release with a CPU build: the smoke subset (engine_versions.SMOKE).
 for _release in SUPPORTED:

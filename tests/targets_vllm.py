@@ -66,6 +66,19 @@ def real_vllm_server(tmp_dir: Path, *extra_args: str, env: dict | None = None, a
                      process=server.server_process, engine_app=name not in IN_PROCESS_TARGETS)
 
 
+def inproc_vllm_server(tmp_dir: Path, name: str, module: str) -> contextlib.AbstractContextManager[Target]:
+    """The pinned vLLM held in-process by a framework's launch code (frameworks/*: a Ray actor, or
+    TRL's trainer process), which serves the tests' relay to the framework's own methods
+    (frameworks/inproc_relay.py) instead of an engine route; real weights (checkpoint A), and
+    ``FRAMEWORK_WEIGHTS_DIR`` naming checkpoint B, the weights its weight update loads."""
+    from tools.launcher.engine_server import ensure_engine
+
+    paths = ensure_engine("vllm", REPO, ray=True)
+    weights_b = make_checkpoints(paths.python, paths.model_dir)[1]
+    return real_vllm_server(tmp_dir, name=name, module=module, ray=True, real_weights=True,
+                            env={"FRAMEWORK_WEIGHTS_DIR": str(weights_b)})
+
+
 TARGETS = {
     "vllm-stub": lambda tmp: fake_vllm_server(tmp),
     # vLLM 0.34, which is 0.33 (its pause rejects new requests) with the process checkpoint,
@@ -101,6 +114,15 @@ TARGETS = {
     # no vLLM app; the contract served from engine_plugins.inprocess.attach(llm).app()
     # (frameworks/inprocess_vllm_server.py). The whole contract suite.
     "vllm-inprocess": lambda tmp: real_vllm_server(tmp, name="vllm-inprocess", module="frameworks.inprocess_vllm_server"),
+    # Held in-process as OpenRLHF holds it: AsyncLLMEngine in its RolloutRayActor, no HTTP server
+    # (frameworks/openrlhf_vllm_engine.py); OpenRLHF's calls through the tests' relay.
+    "vllm-openrlhf": lambda tmp: inproc_vllm_server(tmp, "vllm-openrlhf", "frameworks.openrlhf_vllm_engine"),
+    # Held as NeMo-RL's async generation worker holds it: AsyncLLM in a Ray actor
+    # (frameworks/nemo_rl_vllm_worker.py); NeMo-RL's calls through the tests' relay.
+    "vllm-nemo-rl": lambda tmp: inproc_vllm_server(tmp, "vllm-nemo-rl", "frameworks.nemo_rl_vllm_worker"),
+    # Held as verl's vLLMHttpServer holds it: AsyncLLM, build_app, init_app_state and uvicorn in a
+    # Ray actor (frameworks/verl_vllm_server.py); verl's aborts and collective_rpc through the relay.
+    "vllm-verl": lambda tmp: inproc_vllm_server(tmp, "vllm-verl", "frameworks.verl_vllm_server"),
     # Two data-parallel ranks (two engine cores, each with its worker on the engine's core) and
     # vLLM's default of one API process per rank. Its start alone takes about 3 minutes on two
     # cores, so it runs only when named (OPT_IN_TARGETS).
@@ -114,10 +136,14 @@ TARGETS = {
         env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(TESTS)}, real_weights=True, name="vllm-weights"),
 }
 OPT_IN_TARGETS = {"vllm-dp2"}
-# Engines held in-process, served by engine_plugins.inprocess (no vLLM app).
+# Engines held in-process, the contract served by engine_plugins.inprocess (no vLLM app).
 IN_PROCESS_TARGETS = {"vllm-inprocess"}
 REAL_TARGETS = {"vllm", "vllm-api2", "vllm-dp2", "vllm-weights", "vllm-skyrl", "vllm-prime-rl", "vllm-areal", "vllm-inprocess"}
-DEDICATED_TARGETS = {"vllm-weights"}
+# The frameworks that hold vLLM in-process: only their own tests run there, through the tests'
+# relay to the framework's methods (no route serves the contract).
+RELAY_TARGETS = {"vllm-openrlhf", "vllm-nemo-rl", "vllm-verl"}
+REAL_TARGETS |= RELAY_TARGETS
+DEDICATED_TARGETS = {"vllm-weights", *RELAY_TARGETS}
 RELEASE_FAKES = {"vllm-0.34-stub", "vllm-0.26-stub", "vllm-0.26-stub-api3", "vllm-0.31-stub"}
 for _release in SUPPORTED:
     if _release.engine == "vllm" and _release.tested == "real":
