@@ -138,7 +138,7 @@ VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
 # Those no framework pins run only when named (make test-releases), to keep make test in time.
 OPT_IN_VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real" and not r.frameworks)
 # The targets that run only SMOKE: those, and the fake that follows vLLM 0.31 (its shims, fast).
-SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub", "sglang-spawned", "sglang-areal", "vllm-skyrl", "vllm-prime-rl", "vllm-areal"}
+SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub", "sglang-spawned", "sglang-areal", "sglang-inprocess", "vllm-skyrl", "vllm-prime-rl", "vllm-areal"}
 
 
 def in_smoke(nodeid: str) -> bool:

@@ -21,6 +21,8 @@
 - ``sglang-spawned``: the real server started as slime, miles and NeMo-RL start it, a spawned
   ``multiprocessing`` child of their Ray actor running ``launch_server`` (the smoke subset and
   their calls).
+- ``sglang-inprocess``: the real ``sglang.Engine`` held in-process, as ROLL holds it, its contract
+  served by ``engine_plugins.inprocess.attach(engine).app()`` (the smoke subset).
 """
 
 from __future__ import annotations
@@ -133,9 +135,13 @@ TARGETS = {
     # one more value than AReaL's code unpacks). The smoke subset and AReaL's calls.
     "sglang-areal": lambda tmp: sglang_real_server(tmp, name="sglang-areal", module="frameworks.areal_sglang_server",
                                                    version=AREAL_SGLANG),
+    # Held in-process, as ROLL holds it: sglang.Engine in the server's own process, no SGLang HTTP
+    # server; the contract served by engine_plugins.inprocess.attach(engine).app()
+    # (frameworks/inprocess_sglang_server.py). The smoke subset.
+    "sglang-inprocess": lambda tmp: sglang_real_server(tmp, name="sglang-inprocess", module="frameworks.inprocess_sglang_server"),
 }
 # The real servers among them (targets.py: fewer, longer rounds; setup reruns).
-REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights", "sglang-spawned", "sglang-areal"}
+REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights", "sglang-spawned", "sglang-areal", "sglang-inprocess"}
 DEDICATED_TARGETS = {"sglang-weights"}
 RELEASE_FAKES = {"sglang-0.5.19-stub", "sglang-0.5.18-stub", "sglang-0.5.17-stub", "sglang-0.5.16-stub", "sglang-0.5.12-stub"}
 # Every other release with a CPU build: the smoke subset (engine_versions.SMOKE).

@@ -20,6 +20,7 @@ from typing import Any
 
 from engine_plugins.contract.errors import StartupError
 from engine_plugins.engines.sglang import call_context, plugin
+from engine_plugins.host.about import process_origin
 from engine_plugins.host.assembly import PluginStack
 
 
@@ -50,7 +51,21 @@ def attach(engine: Any) -> PluginStack:
             "(the server's, or the one built last): attach one engine per process"
         )
     call_context.note_built(tm)
+    _note_in_process(names, done.stack, tm)
     return done.stack
+
+
+def _note_in_process(names: Any, stack: PluginStack, tm: Any) -> None:
+    """``GET /v1/engine_plugins`` of an engine no SGLang HTTP server serves (``sglang.Engine``):
+    the contract is served by :meth:`~engine_plugins.inprocess.EngineControl.app`, not on
+    SGLang's app (which the plugin mounted on, but nothing serves)."""
+    state = names.http_server.get_global_state()
+    if state is not None and getattr(state, "tokenizer_manager", None) is tm:
+        return  # SGLang's app serves it too (verl's actor): as the plugin recorded at install
+    stack.about.app = "engine_plugins.inprocess EngineControl.app()"
+    stack.about.role = f"SGLang engine held in-process ({type(tm).__name__} without SGLang's HTTP server), {process_origin()}"
+    stack.about.routes = [f"{method} {route.path}" for route in stack.router.routes for method in sorted(getattr(route, "methods", ()))]
+    stack.about.replaced = []
 
 
 def _tokenizer_manager(names: Any, engine: Any) -> Any:
