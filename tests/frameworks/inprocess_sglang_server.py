@@ -14,8 +14,8 @@ one JSON answer, or server-sent events with ``stream``). ``--host``, ``--port`` 
 are the uvicorn server's and its key; SGLang itself opens no port.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI reads the routes' annotations (``Request``,
+# imported where the app is built) at runtime.
 import hmac
 import json
 import sys
@@ -28,6 +28,7 @@ def build_app(engine: Any) -> Any:
     from fastapi.responses import JSONResponse, StreamingResponse
     from sglang.srt.managers.io_struct import GenerateReqInput
 
+    from engine_plugins.core.delivery import install_outermost
     from engine_plugins.engines.sglang import native_routes
     from engine_plugins.engines.sglang.plugin import installed
     from engine_plugins.host.http_api import build_routes
@@ -66,6 +67,9 @@ def build_app(engine: Any) -> Any:
         except ValueError as exc:  # SGLang's /generate answers its checks' errors as a 400
             return JSONResponse({"error": {"message": str(exc)}}, status_code=400)
 
+    # As on SGLang's server: an abort with wait answers after the answers of the requests it
+    # covered have been written (SGLang releases a request before its answer is).
+    install_outermost(app)
     return app
 
 
