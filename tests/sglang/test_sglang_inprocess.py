@@ -43,7 +43,9 @@ def _run(command: list[str], env: dict, timeout_s: float, before_exec=None) -> d
             pass
         process.wait()
     assert process.returncode == 0 or "RESULT " in output, output[-5000:]
-    return _result(output)
+    result = _result(output)
+    print(json.dumps(result))  # the figures, in the report of a failure (and with -s)
+    return result
 
 
 def _assert_pause_answered_as_the_route(result: dict) -> None:

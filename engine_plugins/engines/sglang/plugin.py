@@ -7,7 +7,10 @@ scheduler it ends an aborted running request without one more decode pass
 (:mod:`.scheduler_abort`), elsewhere it does nothing. There it registers the TokenizerManager
 hooks (:mod:`.tracking`) and a check of the launch flags with SGLang's hook registry, which
 applies them once every plugin has loaded, and mounts the contract's routes on SGLang's app
-(:mod:`.routes`); the control is built per TokenizerManager, once SGLang has made one.
+(:mod:`.routes`); the control is built per TokenizerManager, once SGLang has made one. Hooks on
+the TokenizerManager's own control methods give a caller's Python calls of them what the routes
+give (:mod:`.native_calls`). ``sglang.Engine`` held in-process loads the plugin the same way in
+its ``__init__``; :func:`installed` is what :mod:`.inprocess` attaches to it.
 
 SGLang logs and ignores an ``Exception`` from a plugin, so a misconfiguration is raised as
 ``SystemExit``: the server stops at startup with the message.
