@@ -21,6 +21,8 @@
 - ``sglang-spawned``: the real server started as slime, miles and NeMo-RL start it, a spawned
   ``multiprocessing`` child of their Ray actor running ``launch_server`` (the smoke subset and
   their calls).
+- ``sglang-inprocess``: the real ``sglang.Engine`` held in-process, as ROLL holds it, its contract
+  served by ``engine_plugins.inprocess.attach(engine).app()`` (the smoke subset).
 """
 
 from __future__ import annotations
@@ -133,6 +135,10 @@ TARGETS = {
     # one more value than AReaL's code unpacks). The smoke subset and AReaL's calls.
     "sglang-areal": lambda tmp: sglang_real_server(tmp, name="sglang-areal", module="frameworks.areal_sglang_server",
                                                    version=AREAL_SGLANG),
+    # Held in-process, as ROLL holds it: sglang.Engine in the server's own process, no SGLang HTTP
+    # server; the contract served by engine_plugins.inprocess.attach(engine).app()
+    # (frameworks/inprocess_sglang_server.py). The whole contract suite.
+    "sglang-inprocess": lambda tmp: sglang_real_server(tmp, name="sglang-inprocess", module="frameworks.inprocess_sglang_server"),
     # Held in-process as verl holds it: its SGLangHttpServer Ray actor calling _launch_subprocesses
     # and serving SGLang's app itself (frameworks/verl_sglang_server.py); verl's calls through the
     # tests' relay (frameworks/inproc_relay.py), no contract route.
@@ -141,7 +147,7 @@ TARGETS = {
     "sglang-roll": lambda tmp: sglang_real_server(tmp, name="sglang-roll", module="frameworks.roll_sglang_strategy", ray=True),
 }
 # The real servers among them (targets.py: fewer, longer rounds; setup reruns).
-REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights", "sglang-spawned", "sglang-areal"}
+REAL_TARGETS = {"sglang", "sglang-dp2", "sglang-weights", "sglang-spawned", "sglang-areal", "sglang-inprocess"}
 # The frameworks that hold SGLang in-process: only their own tests run there (no route serves the contract).
 RELAY_TARGETS = {"sglang-verl", "sglang-roll"}
 REAL_TARGETS |= RELAY_TARGETS

@@ -35,6 +35,7 @@ from engine_plugins.contract.schema import (
     WeightSwapCommitRequest,
     WeightSwapResult,
 )
+from engine_plugins.core.delivery import install_outermost
 from engine_plugins.host.assembly import PluginStack
 from engine_plugins.host.operations import Operations, validated
 
@@ -141,6 +142,10 @@ class EngineControl:
         if self._app is None:
             app = FastAPI(title="engine-plugins (in-process)")
             app.include_router(self.stack.router)
+            # An abort with wait answers once the answers of the requests it covered are written,
+            # here as on the engines' own apps: routes added to this app (a holder's own
+            # generation routes) are covered too.
+            install_outermost(app)
             self._app = app
         return self._app
 

@@ -21,7 +21,7 @@ ALLOWED = {
     "fanout": {"contract", "core"},
     "metrics": {"contract", "core", "host"},
     "engines": {"contract", "core", "host", "fanout"},
-    "inprocess": {"contract", "host"},  # attach.py names the engines' adapters, imported by name
+    "inprocess": {"contract", "core", "host"},  # attach.py names the engines' adapters, imported by name
     "cli": {"contract", "client", "host", "engines"},  # doctor reads the settings and the plugins
 }
 # Third-party packages only one place may import: each engine inside its adapter.

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
 from typing import Any, AsyncIterator, Callable, Optional
 
 from engine_plugins.engines.engine_manifest import at_least, missing_attributes
 from engine_plugins.core.model_limits import ModelLimits
+from engine_plugins.engines.sglang import call_context
 from engine_plugins.engines.sglang.manifest import (
     ABORT_ON_CLOSE,
     CONFIG_VALUES,
@@ -111,6 +113,8 @@ class SGLangNames:
     ``child_rid_to_logical_rid`` names it."""
     load_snapshots: bool = True
     """``get_loads`` returns ``LoadSnapshot`` structs (0.5.13 on); before, dataclasses."""
+    internal_modules: tuple[str, ...] = ("sglang.srt.managers.",)
+    """The modules of SGLang's own machinery (:meth:`called_by_sglang`); a fake names its own."""
 
     @property
     def app(self) -> Any:
@@ -140,9 +144,27 @@ class SGLangNames:
         return dataclasses.asdict(load, dict_factory=_without_none_or_timestamp)
 
     def tokenizer_manager(self) -> Optional[Any]:
-        """The TokenizerManager serving this process, None until SGLang has built it."""
+        """The TokenizerManager a contract call is about, None until SGLang has built one: the one
+        a hook is running on, else the one SGLang's HTTP server serves (its global state), else the
+        last one built in this process (an in-process ``sglang.Engine``'s, in no global state)."""
+        tm = call_context.acted_on()
+        if tm is not None:
+            return tm
         state = self.http_server.get_global_state()
-        return None if state is None else getattr(state, "tokenizer_manager", None)
+        tm = None if state is None else getattr(state, "tokenizer_manager", None)
+        return tm if tm is not None else call_context.last_built()
+
+    def called_by_sglang(self) -> bool:
+        """Whether the hooked method whose hook calls this was called by SGLang's own machinery
+        (its managers: the TokenizerManager's own pause loop, weight updates, a disconnected
+        client), not by a route or a caller's code. Read past the hook's own frames and the hook
+        registry's wrapper."""
+        frame = sys._getframe(1)
+        skipped = (frame.f_globals.get("__name__"), getattr(self.HookRegistry, "__module__", None))
+        while frame is not None and frame.f_globals.get("__name__") in skipped:
+            frame = frame.f_back
+        module = "" if frame is None else frame.f_globals.get("__name__", "")
+        return module.startswith(self.internal_modules)
 
     def mark_admin_optional(self, endpoint: Any) -> None:
         """Give *endpoint* SGLang's ``ADMIN_OPTIONAL`` auth level, which SGLang's key middleware reads."""
@@ -357,8 +379,9 @@ def load_names() -> SGLangNames:
         HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
 
     def server_args() -> Any:
-        # The TokenizerManager's, read once the seam exists (so the TokenizerManager does).
-        return http_server.get_global_state().tokenizer_manager.server_args
+        # The TokenizerManager's, read once the seam exists (so the TokenizerManager does): the
+        # server's, or an in-process engine's (``names`` is bound below, before any call).
+        return names.tokenizer_manager().server_args
 
     if report.features[RUNTIME_CONTEXT]:
         from sglang.srt.runtime_context import get_exec, get_serving
@@ -522,12 +545,14 @@ class SGLangEngine:
         state = self.tm.rid_to_state.get(rid)
         if state is not None and self.names.dispatch_mark:
             state.abort_sent = False
-        self.tm.abort_request(rid)
+        with call_context.own_call():
+            self.tm.abort_request(rid)
 
     def abort_all(self) -> None:
         """SGLang's abort of every request: one message, where one per request costs the
         scheduler a scan of its queues each (``docs/engine-notes.md``, "The scheduler and outputs")."""
-        self.tm.abort_request(abort_all=True)
+        with call_context.own_call():
+            self.tm.abort_request(abort_all=True)
 
     def weight_version(self) -> str:
         """The version SGLang stamps on new tokens (before 0.5.17, its server args')."""
@@ -546,9 +571,11 @@ class SGLangEngine:
             else:
                 self.tm.record_config_updates("http.update_weight_version", weight_version=version)
             return
-        await self.tm.update_weight_version(
-            self.names.UpdateWeightVersionReqInput(new_version=version, abort_all_requests=False)
-        )
+        with call_context.own_call():
+            updated = self.tm.update_weight_version(
+                self.names.UpdateWeightVersionReqInput(new_version=version, abort_all_requests=False)
+            )
+        await updated
 
     def output_tokens(self) -> dict[str, int]:
         """How many output tokens each request SGLang holds has received so far, by rid."""
@@ -562,11 +589,15 @@ class SGLangEngine:
 
     async def pause_generation(self, mode: str) -> None:
         """SGLang's ``pause_generation`` in *mode* (``in_place`` or ``retract``)."""
-        await self.tm.pause_generation(self.names.PauseGenerationReqInput(mode=mode))
+        with call_context.own_call():
+            paused = self.tm.pause_generation(self.names.PauseGenerationReqInput(mode=mode))
+        await paused
 
     async def continue_generation(self) -> None:
         """SGLang's ``continue_generation``: opens the pause gate and restarts the scheduler."""
-        await self.tm.continue_generation(self.names.ContinueGenerationReqInput())
+        with call_context.own_call():
+            continued = self.tm.continue_generation(self.names.ContinueGenerationReqInput())
+        await continued
 
     def pause_gate_closed(self) -> bool:
         """Whether new requests are held at the TokenizerManager's pause gate."""

@@ -18,12 +18,17 @@ request bodies and answers (answers only gain fields), plus the plugin's fixes.
   0.5.23 no longer has and ROLL and slime still call: served in the shape older SGLang
   versions answered, from the contract's true counts, only when the engine lacks them.
 
-What each route did in SGLang, with file and line, is in ``docs/engine-notes.md``.
+Each route parses its body and calls the operation it shares with the TokenizerManager's hooks
+(:mod:`.native_calls`: :func:`abort_targets` and :func:`abort`, :func:`pause`, :func:`resume`),
+so that ``await tm.pause_generation(...)`` called in the server's process (verl) or on an
+in-process engine gets what the route gives. What each route did in SGLang, with file and line,
+is in ``docs/engine-notes.md``.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from fastapi import Request
@@ -58,29 +63,50 @@ class NativePauseRequest(BaseModel):
     mode: str = Field(default="abort", max_length=16)
 
 
+@dataclass(frozen=True)
+class AbortTargets:
+    """What a native abort covers: *request_ids* (None: every request), or nothing named."""
+
+    request_ids: Optional[list[str]]
+    named_nothing: bool = False
+    """Neither a rid nor ``abort_all``: SGLang ignores such an abort (with a warning), so does this."""
+
+
+def abort_targets(control: Any, rid: Optional[str], abort_all: bool, prefix: bool = False) -> AbortTargets:
+    """The requests SGLang's abort of *rid* (or of every request) covers, exactly: the request
+    whose rid it is (none for an unknown rid), or with *prefix* those whose rid starts with it.
+    Synchronous: the TokenizerManager's ``abort_request`` hook calls it too."""
+    if abort_all:
+        return AbortTargets(None)
+    if prefix:
+        if not rid:
+            raise ContractError(400, "rid: a prefix abort needs a non-empty rid prefix (to abort everything, send abort_all)")
+        return AbortTargets(_ids_of(e for e in control.registry.select() if e.rid.startswith(rid)))
+    if rid:
+        entry = control.registry.get(rid)
+        return AbortTargets([] if entry is None else [entry.request_id])
+    return AbortTargets([], named_nothing=True)
+
+
+async def abort(ctx: RouteContext, targets: AbortTargets, origin: Any = None, wait: bool = True) -> dict:
+    """Abort *targets* through the contract's ``abort`` hook (the fence, exact ids, counted);
+    with *wait*, answer once they are released or after ``ENGINE_PLUGINS_ABORT_SETTLE_S``.
+    *origin*: the HTTP request (None for a Python call)."""
+    control = ctx.hooks.control()
+    if targets.named_nothing:
+        return {**answer_json(await control.nothing_aborted()), "message": "nothing to abort: give rid or abort_all"}
+    if targets.request_ids is not None and not targets.request_ids:
+        return answer_json(await control.nothing_aborted())  # an unknown rid is not an error (ROLL sends it everywhere)
+    result = await ctx.hooks.call(
+        "abort", origin, request_ids=targets.request_ids, wait=wait, timeout_s=ctx.settings.abort_settle_s, reason="request"
+    )
+    return answer_json(result)
+
+
 async def abort_request(ctx: RouteContext, request: Request) -> Any:
     """SGLang's ``/abort_request`` with the fence, exact ids, a count, and a settled answer."""
     body = await parse_body(request, NativeAbortRequest, ctx.settings.max_body_bytes)
-    control = ctx.hooks.control()
-    if body.abort_all:
-        request_ids = None
-    elif body.prefix:
-        if not body.rid:
-            raise ContractError(400, "rid: a prefix abort needs a non-empty rid prefix (to abort everything, send abort_all)")
-        request_ids = _ids_of(e for e in control.registry.select() if e.rid.startswith(body.rid))
-    elif body.rid:
-        entry = control.registry.get(body.rid)
-        request_ids = [] if entry is None else [entry.request_id]
-    else:
-        # SGLang ignores an abort naming nothing (with a warning): so does this, saying so.
-        return {**answer_json(await control.nothing_aborted()), "message": "nothing to abort: give rid or abort_all"}
-    if request_ids is not None and not request_ids:
-        return answer_json(await control.nothing_aborted())  # an unknown rid is not an error (ROLL sends it everywhere)
-    return answer_json(
-        await ctx.hooks.call(
-            "abort", request, request_ids=request_ids, wait=True, timeout_s=ctx.settings.abort_settle_s, reason="request"
-        )
-    )
+    return await abort(ctx, abort_targets(ctx.hooks.control(), body.rid, body.abort_all, body.prefix), request)
 
 
 def _ids_of(entries: Any) -> list[str]:
@@ -88,19 +114,21 @@ def _ids_of(entries: Any) -> list[str]:
     return list(dict.fromkeys(e.request_id for e in entries))
 
 
-async def pause_generation(ctx: RouteContext, request: Request) -> Any:
-    """SGLang's ``/pause_generation``; ``abort`` mode answers as soon as the requests are out.
+PAUSE_MODES = ("abort", "in_place", "retract")
+
+
+async def pause(ctx: RouteContext, mode: str, origin: Any = None) -> dict:
+    """SGLang's pause in *mode*; ``abort`` mode answers as soon as the requests are out.
 
     Every mode goes through the control's pause lock and is recorded there (``in_place`` and
     ``retract`` as the contract's ``keep``, ``abort`` as its ``abort``), so that ``/is_paused``,
     ``/v1/loads``, an abort by id and the next resume all know of it."""
-    body = await parse_body(request, NativePauseRequest, ctx.settings.max_body_bytes)
-    if body.mode not in ("abort", "in_place", "retract"):
-        raise ContractError(400, f"mode: expected 'abort', 'in_place' or 'retract' (got {body.mode!r})")
+    if mode not in PAUSE_MODES:
+        raise ContractError(400, f"mode: expected 'abort', 'in_place' or 'retract' (got {mode!r})")
     control = ctx.hooks.control()
     seam = control.seam
-    if body.mode != "abort":
-        await control.hold("keep", lambda: seam.pause_scheduler(body.mode))
+    if mode != "abort":
+        await control.hold("keep", lambda: seam.pause_scheduler(mode))
         return dict(_PAUSE_ANSWER)
     # As SGLang's: the gate closes (later requests wait for continue_generation) and every
     # request past it is aborted; those already held at the gate stay held.
@@ -114,9 +142,22 @@ async def pause_generation(ctx: RouteContext, request: Request) -> Any:
     if not request_ids:
         return {**_PAUSE_ANSWER, **answer_json(await control.nothing_aborted())}
     result = await ctx.hooks.call(
-        "abort", request, request_ids=request_ids, wait=True, timeout_s=ctx.settings.abort_timeout_s, reason="pause"
+        "abort", origin, request_ids=request_ids, wait=True, timeout_s=ctx.settings.abort_timeout_s, reason="pause"
     )
     return {**_PAUSE_ANSWER, **answer_json(result)}
+
+
+async def pause_generation(ctx: RouteContext, request: Request) -> Any:
+    """SGLang's ``/pause_generation`` (:func:`pause`)."""
+    body = await parse_body(request, NativePauseRequest, ctx.settings.max_body_bytes)
+    return await pause(ctx, body.mode, request)
+
+
+async def resume(ctx: RouteContext, origin: Any = None) -> dict:
+    """SGLang's ``continue_generation`` as the contract's resume: the same lock and record as
+    ``/resume``, so that a pause made through either route is ended by either."""
+    state = await ctx.hooks.call("resume", origin)
+    return {**_CONTINUE_ANSWER, **answer_json(state)}
 
 
 class NativeContinueRequest(BaseModel):
@@ -129,11 +170,9 @@ class NativeContinueRequest(BaseModel):
 
 
 async def continue_generation(ctx: RouteContext, request: Request) -> Any:
-    """SGLang's ``/continue_generation``, as the contract's resume: the same lock and record as
-    ``/resume``, so that a pause made through either route is ended by either."""
+    """SGLang's ``/continue_generation`` (:func:`resume`)."""
     await parse_body(request, NativeContinueRequest, ctx.settings.max_body_bytes)
-    state = await ctx.hooks.call("resume", request)
-    return {**_CONTINUE_ANSWER, **answer_json(state)}
+    return await resume(ctx, request)
 
 
 async def get_load(ctx: RouteContext, request: Request) -> Any:

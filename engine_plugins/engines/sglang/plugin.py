@@ -7,7 +7,10 @@ scheduler it ends an aborted running request without one more decode pass
 (:mod:`.scheduler_abort`), elsewhere it does nothing. There it registers the TokenizerManager
 hooks (:mod:`.tracking`) and a check of the launch flags with SGLang's hook registry, which
 applies them once every plugin has loaded, and mounts the contract's routes on SGLang's app
-(:mod:`.routes`); the control is built per TokenizerManager, once SGLang has made one.
+(:mod:`.routes`); the control is built per TokenizerManager, once SGLang has made one. Hooks on
+the TokenizerManager's own control methods give a caller's Python calls of them what the routes
+give (:mod:`.native_calls`). ``sglang.Engine`` held in-process loads the plugin the same way in
+its ``__init__``; :func:`installed` is what :mod:`.inprocess` attaches to it.
 
 SGLang logs and ignores an ``Exception`` from a plugin, so a misconfiguration is raised as
 ``SystemExit``: the server stops at startup with the message.
@@ -20,6 +23,7 @@ import multiprocessing
 import os
 import sys
 import weakref
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from fastapi import APIRouter
@@ -32,7 +36,7 @@ from engine_plugins.contract.errors import StartupError
 from engine_plugins.contract.schema import ProcessPart
 from engine_plugins.host.about import MountFacts, listing, process_origin
 from engine_plugins.host.exposure import RedactSecrets, key_policy
-from engine_plugins.host.http_api import build_routes
+from engine_plugins.host.http_api import RouteContext, build_routes
 from engine_plugins.engines.sglang import native_routes, routes
 from engine_plugins.engines.sglang.dp_controller import (
     in_dp_controller_process,
@@ -41,6 +45,7 @@ from engine_plugins.engines.sglang.dp_controller import (
 )
 from engine_plugins.engines.sglang.facade import SGLangNames, load_names
 from engine_plugins.engines.sglang.manifest import MANIFEST
+from engine_plugins.engines.sglang.native_calls import register_native_call_hooks
 from engine_plugins.engines.sglang.routes import MountReport, mount
 from engine_plugins.engines.sglang.scheduler_abort import (
     in_scheduler_process,
@@ -131,29 +136,52 @@ def _installed_version() -> str:
     return MANIFEST.installed_version()
 
 
+@dataclass
+class Installed:
+    """What :func:`install` made in this process: the one plugin stack, over every TokenizerManager."""
+
+    names: SGLangNames
+    stack: PluginStack
+    hooks: RegisteredHooks
+
+
+_process: Optional[Installed] = None
+# One control per TokenizerManager, made on first use: the routes' and the in-process calls' alike.
+_controls: "weakref.WeakKeyDictionary[Any, RolloutControl]" = weakref.WeakKeyDictionary()
+
+
+def installed() -> Optional[Installed]:
+    """The plugin as :func:`install` put it in this process, or None before."""
+    return _process
+
+
+def control_for(names: SGLangNames, stack: PluginStack, tm: Any) -> RolloutControl:
+    """The contract's control over the TokenizerManager *tm* (one per TokenizerManager)."""
+    control = _controls.get(tm)
+    if control is None:
+        seam = SGLangSeam(tracker_for(names, tm, stack.settings.scope_prefix_cache))
+        control = _controls[tm] = RolloutControl(seam, stack.settings.abort_timeout_s)
+    return control
+
+
 def install(names: SGLangNames) -> None:
     """Register the plugin's hooks with SGLang and mount the contract on its app (once per process).
 
     The hooks take effect when SGLang applies its hook registry, right after loading plugins.
     """
-    global _installed
+    global _installed, _process
     if _installed:
         return
-    controls: "weakref.WeakKeyDictionary[Any, RolloutControl]" = weakref.WeakKeyDictionary()
 
     def get_control() -> Optional[RolloutControl]:
+        # The TokenizerManager the call is about: a hook's, the server's, an in-process engine's.
         tm = names.tokenizer_manager()
-        if tm is None:
-            return None
-        control = controls.get(tm)
-        if control is None:
-            seam = SGLangSeam(tracker_for(names, tm, stack.settings.scope_prefix_cache))
-            control = controls[tm] = RolloutControl(seam, stack.settings.abort_timeout_s)
-        return control
+        return None if tm is None else control_for(names, stack, tm)
 
     stack = assemble(get_control, names.api_keys)
     hooks = register_hooks(names, stack.settings.scope_prefix_cache, stack.settings.exact_token_versions)
     hooks.originals.update(register_weight_update_hooks(names, _weight_updates(names, stack)))
+    hooks.originals.update(register_native_call_hooks(names, RouteContext(hooks=stack.hooks, settings=stack.settings)))
 
     def check_launch(original: Any, server_args: Any, *args: Any, **kwargs: Any) -> Any:
         hooks.check_applied()
@@ -171,6 +199,7 @@ def install(names: SGLangNames) -> None:
     # SGLang releases a request before its answer is written: an abort with wait answers after it.
     install_outermost(names.app)
     _installed = True
+    _process = Installed(names, stack, hooks)
     _log_startup(names, stack, report, hooks)
 
 

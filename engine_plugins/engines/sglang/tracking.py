@@ -16,10 +16,11 @@ names this plugin), complete the fence (:func:`register_hooks`):
 - the request entry: while a request is held (at the pause gate, or tokenizing), an abort ends
   it at once with the answer SGLang gives for a request aborted in its waiting queue; otherwise
   an abort-all during a pause would return only after resume;
-- SGLang's own abort (``POST /abort_request``, ``abort_all`` too): the held requests it covers
-  are ended the same way, instead of running after resume;
-- SGLang's own pause in ``abort`` mode: requests reaching the gate meanwhile keep waiting for
-  ``continue_generation``, as SGLang means them to;
+- SGLang's own abort (its own machinery's calls, and ``POST /abort_request`` where SGLang's route
+  is kept): the held requests it covers are ended the same way, instead of running after resume
+  (:meth:`Tracker.native_abort`, called by the hook of :mod:`.native_calls`);
+- SGLang's own pause in ``abort`` mode (where SGLang's route is kept): requests reaching the
+  gate meanwhile keep waiting for ``continue_generation``, as SGLang means them to;
 - on 0.5.17, whose abort marks request states and ends a marked one before dispatch with
   ``RequestAbortedError``: that request gets the answer of a held request ended by an abort,
   and an ``n > 1`` request's logical state is dispatched with its first sample;
@@ -41,6 +42,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Optional
 from engine_plugins.core.cache_scope import version_salt
 from engine_plugins.contract.errors import StartupError
 from engine_plugins.core.registry import InFlight, InFlightRegistry
+from engine_plugins.engines.sglang import call_context
 from engine_plugins.engines.sglang.facade import SGLangEngine, SGLangNames
 from engine_plugins.engines.sglang.version_labels import VersionLabels, final_outputs
 
@@ -387,6 +389,7 @@ def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True, exact_to
 
     def after_init(result: Any, tm: Any, *args: Any, **kwargs: Any) -> None:
         tracker_for(names, tm, scope_prefix_cache)
+        call_context.note_built(tm)  # an in-process engine's is in no global state
 
     def create_tokenized_object(original: Any, tm: Any, *args: Any, **kwargs: Any) -> Any:
         # Every route's requests pass here, one (sub-)request at a time, just before dispatch:
@@ -405,25 +408,14 @@ def register_hooks(names: SGLangNames, scope_prefix_cache: bool = True, exact_to
             return _refuse(problem)
         return tracker.track(original(tm, obj, request), obj)
 
-    def abort_request(original: Any, tm: Any, rid: str = "", abort_all: bool = False) -> Any:
-        tracker_for(names, tm).native_abort(rid, abort_all)
-        return original(tm, rid, abort_all)
-
-    def pause_generation(original: Any, tm: Any, obj: Any) -> Any:
-        return tracker_for(names, tm).native_pause(lambda: original(tm, obj), obj)
-
-    def continue_generation(original: Any, tm: Any, obj: Any) -> Any:
-        return tracker_for(names, tm).native_continue(original(tm, obj))
-
     hooks = {
         "__init__": (after_init, "AFTER"),
         "generate_request": (generate_request, "AROUND"),
         "_create_tokenized_object": (create_tokenized_object, "AROUND"),
         **names.dispatch_hooks(lambda tm, rid: tracker_for(names, tm).dispatched(rid)),
         **names.weight_version_hooks(lambda tm, version: tracker_for(names, tm).version_changing(version)),
-        "abort_request": (abort_request, "AROUND"),
-        "pause_generation": (pause_generation, "AROUND"),
-        "continue_generation": (continue_generation, "AROUND"),
+        # pause_generation, continue_generation, abort_request: :mod:`.native_calls`, which
+        # passes SGLang's own calls to the tracker's native_pause, native_continue, native_abort.
     }
     originals = {method: names.tokenizer_manager_method(method) for method in hooks}
     for method, (hook, kind) in hooks.items():

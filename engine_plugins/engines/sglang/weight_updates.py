@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Awaitable, Callable, Optional
 
+from engine_plugins.engines.sglang import call_context
 from engine_plugins.engines.sglang.facade import SGLangNames
 from engine_plugins.engines.sglang.tracking import tracker_for
 
@@ -160,6 +161,13 @@ class WeightUpdates:
             self.session_open = False
 
 
+async def _about(tm: Any, update: Awaitable[Any]) -> Any:
+    """Await *update* with the contract's calls about *tm* (an in-process engine's is in no
+    global state)."""
+    with call_context.acting_on(tm):
+        return await update
+
+
 def register_weight_update_hooks(names: SGLangNames, updates: WeightUpdates) -> dict[str, Any]:
     """Register :class:`WeightUpdates`' hooks on the TokenizerManager with SGLang's hook registry;
     returns each hooked method as it was, for the check that SGLang applied them."""
@@ -167,7 +175,7 @@ def register_weight_update_hooks(names: SGLangNames, updates: WeightUpdates) -> 
     # Every supported SGLang has the four (the startup probe checks); an engine's fake may not.
     for method in (m for m in UPDATE_METHODS if names.tokenizer_manager_method(m) is not None):
         def update(original: Any, tm: Any, obj: Any, request: Optional[Any] = None, *, _method: str = method) -> Any:
-            return updates.run(_method, original, tm, obj, request)
+            return _about(tm, updates.run(_method, original, tm, obj, request))
 
         hooks[method] = update
     if names.tokenizer_manager_method("init_weights_update_group") is not None:

@@ -66,6 +66,7 @@ def fake_names(serving: SimpleNamespace, release: str = "0.5.23") -> SGLangNames
         RequestAbortedError=tm_module.RequestAbortedError if features[MARKED_ABORTS] else None,
         logical_states=features[LOGICAL_STATES],
         load_snapshots=features[LOAD_SNAPSHOTS],
+        internal_modules=(tm_module.__name__,),
     )
     check_names(names)
     return names
