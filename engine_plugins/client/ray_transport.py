@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any, Optional
 
 from engine_plugins.client.errors import ServerError
 from engine_plugins.client.http1 import Reply
-from engine_plugins.client.transport import DEFAULT_TIMEOUT_S, client_headers, decode_reply
+from engine_plugins.client.transport import DEFAULT_TIMEOUT_S, RetriedCalls, client_headers
 
 METHOD = "engine_plugins_http"
 """The actor method every call goes through (``engine_plugins.inprocess.ray_actor.METHOD``)."""
@@ -68,7 +67,7 @@ def _query(params: Optional[dict]) -> Optional[dict[str, Any]]:
     return out
 
 
-class RayTransport:
+class RayTransport(RetriedCalls):
     """JSON to one engine in a Ray actor, through its handle: the :class:`~.transport.Transport`
     interface (``url``, :meth:`call`), with ``url`` the server's name (``ray://...``).
 
@@ -87,38 +86,6 @@ class RayTransport:
         self.handle = handle
         self.url = name or actor_label(handle)
         self._headers = client_headers(None)
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        params: Optional[dict] = None,
-        timeout_s: Optional[float] = None,
-        expect_json: bool = True,
-        idempotent: bool = True,
-    ) -> Any:
-        """Send one request through the actor; return the decoded JSON (None for an empty body).
-
-        Failures are :class:`ServerError` as over HTTP: ``unreachable`` (the actor is dead),
-        ``timeout`` (no answer within *timeout_s*; the call is then cancelled in the actor),
-        ``disconnected`` (the actor restarted mid-call: an *idempotent* call is sent once more
-        within what is left of *timeout_s*), ``unsupported`` (the actor's method raised: it
-        holds no engine the contract can attach to), a non-2xx status with the server's own
-        message, or a body that is not JSON.
-        """
-        started = time.monotonic()
-        try:
-            reply = await self._send(method, path, body, params, timeout_s)
-        except ServerError as lost:
-            left = None if timeout_s is None else timeout_s - (time.monotonic() - started)
-            if not idempotent or lost.kind != "disconnected" or (left is not None and left <= 0):
-                raise
-            try:
-                reply = await self._send(method, path, body, params, left)
-            except ServerError:
-                raise lost from None
-        return decode_reply(self.url, f"{method} {path}", reply, expect_json)
 
     async def _send(self, method: str, path: str, body: Any, params: Optional[dict], timeout_s: Optional[float]) -> Reply:
         where = f"{method} {path}"

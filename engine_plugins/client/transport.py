@@ -82,13 +82,15 @@ class HttpClientOwner:
             await self.http.aclose()
 
 
-class Transport:
-    """JSON over HTTP to one base URL (which may carry a route prefix, e.g. ``http://h:p/rl``)."""
+class RetriedCalls:
+    """A call that is sent once more when its connection (or actor) was lost on the way: what
+    every transport's :meth:`call` does around its own ``_send``, which returns a
+    :class:`~.http1.Reply` or raises :class:`ServerError`."""
 
-    def __init__(self, url: str, http: HttpClient) -> None:
-        self.url = url.rstrip("/")
-        self.http = http
-        self._origin = http.origin(self.url) if isinstance(http, Http1Client) else None
+    url: str
+
+    async def _send(self, method: str, path: str, body: Any, params: Optional[dict], timeout_s: Optional[float]) -> Reply:
+        raise NotImplementedError
 
     async def call(
         self,
@@ -102,10 +104,11 @@ class Transport:
     ) -> Any:
         """Send one request; return the decoded JSON (None for an empty body).
 
-        An *idempotent* call whose connection is lost is sent once more, on a new connection,
-        within what is left of *timeout_s*: a kept-alive connection can be closed by the server
-        (its keep-alive timer) just as a request goes out on it, and the request never reached
-        the server. If that try fails too, the first error is raised.
+        An *idempotent* call whose connection is lost is sent once more, within what is left of
+        *timeout_s*: over HTTP, a kept-alive connection can be closed by the server (its
+        keep-alive timer) just as a request goes out on it, and the request never reached the
+        server; through Ray, the actor can restart mid-call. If that try fails too, the first
+        error is raised.
 
         Raises :class:`ServerError` for a refused connection, a timeout, a connection lost
         mid-call, any status but 2xx (with the server's own message), or a body that is not JSON.
@@ -122,6 +125,15 @@ class Transport:
             except ServerError:
                 raise lost from None
         return decode_reply(self.url, f"{method} {path}", reply, expect_json)
+
+
+class Transport(RetriedCalls):
+    """JSON over HTTP to one base URL (which may carry a route prefix, e.g. ``http://h:p/rl``)."""
+
+    def __init__(self, url: str, http: HttpClient) -> None:
+        self.url = url.rstrip("/")
+        self.http = http
+        self._origin = http.origin(self.url) if isinstance(http, Http1Client) else None
 
     async def _send(self, method: str, path: str, body: Any, params: Optional[dict], timeout_s: Optional[float]) -> Reply:
         if self._origin is None:
