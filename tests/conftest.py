@@ -7,7 +7,7 @@ from typing import ContextManager, Iterator, Optional, Union
 
 import pytest
 
-from engine_versions import PATCHED_TARGETS, SMOKE_ONLY, in_smoke
+from engine_versions import PATCHED_TARGETS, runs_on
 from recovery import make_usable
 from target_times import TargetTimes, label_targets
 from targets import DEDICATED_TARGETS, OPT_IN_TARGETS, TARGETS, Target
@@ -40,9 +40,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             chosen = [t for t in chosen if t in marker.args]
         else:
             chosen = [t for t in chosen if t not in DEDICATED_TARGETS]
-        # The other engine releases (engine@version) run the smoke subset only.
-        if not in_smoke(metafunc.definition.nodeid):
-            chosen = [t for t in chosen if t not in SMOKE_ONLY]
+        # The other engine releases (engine@version) run the smoke subset only (engine_versions.runs_on).
+        chosen = [t for t in chosen if runs_on(t, metafunc.definition.nodeid)]
         metafunc.parametrize("target", chosen, indirect=True, scope="session")
 
 

@@ -138,8 +138,21 @@ VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real")
 # Those no framework pins run only when named (make test-releases), to keep make test in time.
 OPT_IN_VERSION_TARGETS = frozenset(str(r) for r in SUPPORTED if r.tested == "real" and not r.frameworks)
 # The targets that run only SMOKE: those, and the fake that follows vLLM 0.31 (its shims, fast).
-# (The in-process targets run the whole contract suite: the contract must hold through the Python API.)
 SMOKE_ONLY = VERSION_TARGETS | {"vllm-0.31-stub", "sglang-spawned", "sglang-areal", "vllm-skyrl", "vllm-prime-rl", "vllm-areal"}
+# The real servers of several API processes and of two DP ranks: the smoke subset and the tests
+# about several front ends (FANOUT_TESTS); their fakes (vllm-stub-api3, sglang-stub-dp2) run the
+# whole suite and its soaks, where the fan-out's races are. (The in-process targets run the whole
+# contract suite: the contract must hold through the Python API.)
+FANOUT_REAL = frozenset({"vllm-api2", "sglang-dp2"})
+FANOUT_TESTS = ("contract/test_api_servers.py", "vllm/test_vllm_startup.py", "vllm/test_vllm_sleep.py",
+                "sglang/test_sglang_dp.py", "frameworks/test_prime_rl.py")
+
+
+def runs_on(target: str, nodeid: str) -> bool:
+    """Whether the test with *nodeid* runs on *target*, as far as the smoke subset decides."""
+    if in_smoke(nodeid) or target not in SMOKE_ONLY | FANOUT_REAL:
+        return True
+    return target in FANOUT_REAL and nodeid.split("tests/", 1)[-1].split("::", 1)[0] in FANOUT_TESTS
 
 
 def in_smoke(nodeid: str) -> bool:

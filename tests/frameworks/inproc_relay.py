@@ -18,6 +18,7 @@ the server's ``--api-key`` as a bearer token, as the other test servers do.
 # where the app is built.
 import asyncio
 import dataclasses
+import socket
 import traceback
 from typing import Any, Awaitable, Callable, Optional
 
@@ -52,9 +53,21 @@ def plain(value: Any) -> Any:
     return repr(value)
 
 
+def reserve_port(host: str, port: int) -> socket.socket:
+    """The target's port, bound and listening now: a launch module reserves it before it starts
+    Ray, whose processes take free ports of their own and could take this one before the relay
+    binds it (the connections wait in the backlog until the relay serves)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock
+
+
 def serve_relay(host: str, port: int, api_key: Optional[str], call: Caller,
-                to_json: Callable[[Any], Any] = plain) -> None:
-    """Serve the relay on *host*:*port* until the process is stopped."""
+                to_json: Callable[[Any], Any] = plain, sock: Optional[socket.socket] = None) -> None:
+    """Serve the relay on *host*:*port* (on *sock*, that port reserved by :func:`reserve_port`)
+    until the process is stopped."""
     import uvicorn
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
@@ -80,7 +93,11 @@ def serve_relay(host: str, port: int, api_key: Optional[str], call: Caller,
                                 status_code=500)
         return JSONResponse({"result": to_json(result)})
 
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    if sock is None:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+        return
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    asyncio.run(server.serve(sockets=[sock]))
 
 
 def ray_caller(actor: Any) -> Caller:

@@ -82,18 +82,19 @@ class VllmAsyncGenerationWorker:
 
 def main() -> None:
     """Start Ray, create NeMo-RL's worker, and relay the driver's calls until stopped."""
-    from frameworks.inproc_relay import ray_caller, serve_relay
+    from frameworks.inproc_relay import ray_caller, reserve_port, serve_relay
     from frameworks.openrlhf_vllm_engine import engine_kwargs
     from frameworks.ray_host import start_ray
 
     kwargs, args = engine_kwargs(sys.argv[1:])
     kwargs.update(worker_extension_cls=WORKER_EXTENSION, enable_prefix_caching=True)
+    sock = reserve_port(args.host or "127.0.0.1", args.port)  # before Ray takes ports of its own
     ray = start_ray()
     worker = ray.remote(num_cpus=0)(VllmAsyncGenerationWorker).remote(kwargs)
     ray.get(worker.num_unfinished.remote())
     try:
         serve_relay(args.host or "127.0.0.1", args.port, args.api_key[0] if isinstance(args.api_key, list) else args.api_key,
-                    ray_caller(worker))
+                    ray_caller(worker), sock=sock)
     finally:
         ray.kill(worker)
         ray.shutdown()

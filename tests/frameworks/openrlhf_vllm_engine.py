@@ -132,12 +132,13 @@ def engine_kwargs(argv: list[str]) -> tuple[dict, object]:
 
 def main() -> None:
     """Start Ray, create OpenRLHF's actor, and relay the trainer's calls until stopped."""
-    from frameworks.inproc_relay import serve_relay
+    from frameworks.inproc_relay import reserve_port, serve_relay
     from frameworks.ray_host import start_ray
 
     kwargs, args = engine_kwargs(sys.argv[1:])
     kwargs.update(worker_extension_cls=WORKER_EXTENSION, enable_prefix_caching=True, distributed_executor_backend="uni",
                   num_gpus=0, full_determinism=False)
+    sock = reserve_port(args.host or "127.0.0.1", args.port)  # before Ray takes ports of its own
     ray = start_ray()
     engine = ray.remote(num_cpus=0)(RolloutRayActor).remote(**kwargs)
     ray.get(engine.get_num_unfinished_requests.remote())  # __init__ has run
@@ -152,7 +153,7 @@ def main() -> None:
         return await getattr(engine, method).remote(*call_args, **call_kwargs)
 
     try:
-        serve_relay(args.host or "127.0.0.1", args.port, (args.api_key or [None])[0] if isinstance(args.api_key, list) else args.api_key, call)
+        serve_relay(args.host or "127.0.0.1", args.port, (args.api_key or [None])[0] if isinstance(args.api_key, list) else args.api_key, call, sock=sock)
     finally:
         ray.kill(engine)
         ray.shutdown()

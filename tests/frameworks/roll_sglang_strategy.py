@@ -97,15 +97,16 @@ def engine_config(argv: list[str]) -> tuple[dict, tuple[str, int, str | None]]:
 
 def main() -> None:
     """Start Ray, create ROLL's worker with its engine, and relay the scheduler's calls until stopped."""
-    from frameworks.inproc_relay import ray_caller, serve_relay
+    from frameworks.inproc_relay import ray_caller, reserve_port, serve_relay
     from frameworks.ray_host import start_ray
 
     config, (host, port, api_key) = engine_config(sys.argv[1:])
+    sock = reserve_port(host, port)  # before Ray takes ports of its own
     ray = start_ray()
     worker = ray.remote(num_cpus=0)(SgLangStrategy).remote()
     ray.get(worker.initialize.remote(config))
     try:
-        serve_relay(host, port, api_key, ray_caller(worker))
+        serve_relay(host, port, api_key, ray_caller(worker), sock=sock)
     finally:
         try:
             ray.get(worker.shutdown.remote(), timeout=30)

@@ -169,15 +169,16 @@ def relay_flags(argv: list[str]) -> tuple[str, int, str | None]:
 
 def main() -> None:
     """Start Ray, create verl's actor, launch its server, and relay the trainer's calls until stopped."""
-    from frameworks.inproc_relay import ray_caller, serve_relay
+    from frameworks.inproc_relay import ray_caller, reserve_port, serve_relay
     from frameworks.ray_host import start_ray
 
     host, port, api_key = relay_flags(sys.argv[1:])
+    sock = reserve_port(host, port)  # before Ray takes ports of its own
     ray = start_ray()
     server = ray.remote(num_cpus=0)(SGLangHttpServer).remote(sys.argv[1:])
     ray.get(server.launch_server.remote())
     try:
-        serve_relay(host, port, api_key, ray_caller(server))
+        serve_relay(host, port, api_key, ray_caller(server), sock=sock)
     finally:
         ray.kill(server)
         ray.shutdown()

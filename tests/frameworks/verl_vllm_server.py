@@ -155,17 +155,18 @@ class vLLMHttpServer:  # noqa: N801 - verl's name
 
 def main() -> None:
     """Start Ray, create verl's actor, launch its server, and relay the trainer's calls until stopped."""
-    from frameworks.inproc_relay import ray_caller, serve_relay
+    from frameworks.inproc_relay import ray_caller, reserve_port, serve_relay
     from frameworks.ray_host import start_ray
     from frameworks.skyrl_vllm_server import parse
 
     args = parse(sys.argv[1:])
+    sock = reserve_port(args.host or "127.0.0.1", args.port)  # before Ray takes ports of its own
     ray = start_ray()
     server = ray.remote(num_cpus=0)(vLLMHttpServer).remote(sys.argv[1:])
     ray.get(server.launch_server.remote())
     api_key = args.api_key[0] if isinstance(args.api_key, list) else args.api_key
     try:
-        serve_relay(args.host or "127.0.0.1", args.port, api_key, ray_caller(server))
+        serve_relay(args.host or "127.0.0.1", args.port, api_key, ray_caller(server), sock=sock)
     finally:
         ray.kill(server)
         ray.shutdown()

@@ -29,11 +29,8 @@ from engine_plugins.inprocess import with_contract
 
 from frameworks.ray_host import start_ray
 from ray_fleet.actors import ACTORS, FrameworkStubActor
-from ray_fleet.scenario import run_scenario, version_only
+from ray_fleet.scenario import SIZES, run_scenario, version_only
 
-# Per engine: rollouts per server, their length, and how long they run before the cancel. A real
-# engine on two cores makes some tens of tokens a second with the tiny model.
-SIZES = {"stub": (3, 200, 0.2), "vllm": (2, 48, 1.0), "sglang": (2, 48, 1.0)}
 
 
 def make_actors(ray: Any, engine: str, n: int, model: Optional[str], load_format: str) -> list[Any]:

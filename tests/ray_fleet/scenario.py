@@ -36,6 +36,11 @@ async def version_only(server: ServerClient) -> str:
     return "version-only (no weights loaded)"
 
 
+# Per engine: rollouts per server, their length, and how long they run before the cancel. A real
+# engine on two cores makes some hundred tokens a second with the tiny model (48 tokens were done
+# before a cancel one second in): long enough that the cancel always cuts them.
+SIZES = {"stub": (3, 200, 0.2), "vllm": (2, 1500, 0.5), "sglang": (2, 1500, 0.5)}
+
 async def run_scenario(fleet: ServerFleet, load: Load = version_only, per_server: int = 2, max_new_tokens: int = 200,
                        settle_s: float = 0.2, prompt_tokens: int = 12, timeout_s: float = 120.0) -> dict[str, Any]:
     """The scenario on *fleet* (see the module's docstring): *per_server* rollouts on each server

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from ray_fleet.scenario import SIZES
 from targets import REPO, launch_code_path, make_checkpoints
 
 pytestmark = pytest.mark.real
@@ -68,4 +69,5 @@ def test_a_real_engine_in_a_ray_actor_keeps_every_token_across_a_weight_swap(tmp
                         "--reload-from", str(second), timeout_s=900)
     scenario = report["scenario"]
     assert all(what.startswith(("vLLM's reload_weights", "SGLang's update_weights_from_disk")) for what in scenario["load"])
-    assert all(r["tokens"] == 48 and r["spans"][-1]["version"] == "scenario-v2" for r in scenario["rollouts"])
+    tokens = SIZES[engine][1]
+    assert all(r["tokens"] == tokens and r["spans"][-1]["version"] == "scenario-v2" for r in scenario["rollouts"]), scenario
