@@ -10,7 +10,7 @@ import pytest
 from engine_versions import PATCHED_TARGETS, runs_on
 from recovery import make_usable
 from target_times import TargetTimes, label_targets
-from targets import DEDICATED_TARGETS, OPT_IN_TARGETS, TARGETS, Target
+from targets import DEDICATED_TARGETS, NO_ENGINE_ROUTES, OPT_IN_TARGETS, TARGETS, Target
 from tiers import REAL_TARGETS, add_quick_option, group_by_target, mark_tiers, targets_of
 
 
@@ -40,6 +40,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             chosen = [t for t in chosen if t in marker.args]
         else:
             chosen = [t for t in chosen if t not in DEDICATED_TARGETS]
+        # Tests of the engine's own routes need a target that serves them.
+        if metafunc.definition.get_closest_marker("engine_routes") is not None:
+            chosen = [t for t in chosen if t not in NO_ENGINE_ROUTES]
         # The other engine releases (engine@version) run the smoke subset only (engine_versions.runs_on).
         chosen = [t for t in chosen if runs_on(t, metafunc.definition.nodeid)]
         metafunc.parametrize("target", chosen, indirect=True, scope="session")

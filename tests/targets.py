@@ -146,6 +146,9 @@ DEDICATED_TARGETS: set[str] = set()
 # The fakes that follow a release other than the pinned one: the soaks and the fuzz run a share of
 # their rounds there (tiers.rounds).
 RELEASE_FAKES: set[str] = set()
+# Targets that serve no routes of the engine's own (an engine held in-process, the contract served
+# by engine_plugins.inprocess): the tests marked engine_routes do not run there.
+NO_ENGINE_ROUTES: set[str] = set()
 
 # Each engine adds its targets in a module of its own, tests/targets_<engine>.py, defining TARGETS.
 for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
@@ -155,6 +158,7 @@ for _module in sorted(Path(__file__).parent.glob("targets_*.py")):
     OPT_IN_TARGETS |= getattr(_targets, "OPT_IN_TARGETS", set())
     DEDICATED_TARGETS |= getattr(_targets, "DEDICATED_TARGETS", set())
     RELEASE_FAKES |= getattr(_targets, "RELEASE_FAKES", set())
+    NO_ENGINE_ROUTES |= getattr(_targets, "IN_PROCESS_TARGETS", set())
 
 # The targets whose engine has routes of its own (every one but the stub), for the tests of what
 # only real engines do; the dedicated weight-swap servers are left to the tests that name them.

@@ -13,7 +13,6 @@ import time
 from typing import Any, Optional
 
 import httpx
-import pytest
 from pydantic import BaseModel
 
 from engine_plugins.contract.schema import (
@@ -148,13 +147,6 @@ def error_type(target: Target, path: str, status: int = 400, contract_type: str 
     if engine_of(target) == "vllm" and target.engine_app and path.split("?")[0] in VLLM_OWN_PATHS:
         return HTTPStatus(status).phrase
     return contract_type
-
-
-def needs_engine_app(target: Target) -> None:
-    """Skip a test of the engine's own routes on a target that serves none (an in-process engine)."""
-    if not target.engine_app:
-        pytest.skip(f"{target.name} holds the engine in-process and serves no routes of the engine's own; "
-                    "its holder's own calls are tested on the engine object")
 
 
 def total_reqs(loads: dict) -> int:

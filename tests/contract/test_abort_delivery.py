@@ -30,7 +30,7 @@ import pytest
 from engine_plugins.contract.schema import LoadsResult
 from targets import ENGINE_TARGETS
 
-from .api import Api, DEADLINE_S, engine_of, needs_engine_app
+from .api import Api, DEADLINE_S, engine_of
 
 pytestmark = pytest.mark.anyio
 
@@ -177,10 +177,10 @@ async def test_the_call_answers_after_every_partial_generation_it_covered(target
 
 
 @pytest.mark.targets(*ENGINE_TARGETS)
+@pytest.mark.engine_routes
 @pytest.mark.parametrize("route", ["native", "native-stream"])
 @pytest.mark.parametrize("way", CONTRACT_WAYS)
 async def test_the_call_answers_after_every_native_request_it_covered(target, way, route):
-    needs_engine_app(target)
     await _answers_after_every_client(target, way, route)
 
 

@@ -18,7 +18,7 @@ from targets import ENGINE_TARGETS, stub_server
 from targets_sglang import sglang_fake_server
 from targets_vllm import fake_vllm_server
 
-from .api import Api, engine_of, needs_engine_app
+from .api import Api, engine_of
 from .metrics import scrape, total
 
 pytestmark = pytest.mark.anyio
@@ -90,15 +90,15 @@ async def test_the_contract_route_reuses_nothing_from_before_a_bump_and_shares_w
 
 
 @pytest.mark.targets(*ENGINE_TARGETS)
+@pytest.mark.engine_routes
 async def test_the_engines_own_route_reuses_nothing_from_before_a_bump_and_shares_within_a_version(target):
-    needs_engine_app(target)
     async with Api(target) as api:
         await _scoped_by_version(api, native_cached)
 
 
 @pytest.mark.targets(*ENGINE_TARGETS)
+@pytest.mark.engine_routes
 async def test_the_callers_own_salt_keeps_its_meaning_within_a_version(target):
-    needs_engine_app(target)
     async with Api(target) as api:
         tries = await ranks(api) + 1
         prompt = fresh_prompt()
